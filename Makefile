@@ -1,0 +1,37 @@
+# zerolm: the two set-up commands are `make demo` and `make test`.
+# Both run scripts/setup.sh first (idempotent: installs only what is missing).
+BUILD_DIR ?= build
+JOBS ?= $(shell nproc)
+CMAKE_FLAGS ?=
+
+.PHONY: all setup configure build test test-all demo bench clean
+
+all: build
+
+setup:
+	@scripts/setup.sh
+
+configure: setup
+	@cmake -S . -B $(BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS) >/dev/null
+
+build: configure
+	@cmake --build $(BUILD_DIR) -j $(JOBS)
+
+# Default suite: everything except labels `slow` and `gpu` (see README).
+test: build
+	@cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS) -LE 'slow|gpu'
+
+# Every test that can run on this machine, slow ones included.
+test-all: build
+	@cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS) -LE gpu
+
+demo: build
+	@scripts/demo.sh
+
+bench: setup
+	@cmake -S . -B $(BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=Release -DZLM_BUILD_BENCHMARKS=ON >/dev/null
+	@cmake --build $(BUILD_DIR) -j $(JOBS)
+	@for b in tests/bench/*.sh; do echo "== $$b"; $$b || exit 1; done
+
+clean:
+	rm -rf $(BUILD_DIR)

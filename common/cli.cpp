@@ -1,0 +1,65 @@
+#include "common/cli.h"
+
+#include <cstdio>
+#include <exception>
+
+#include "common/build_info.h"
+#include "common/error.h"
+#include "common/log.h"
+
+namespace zlm {
+
+std::string version_line(const char* tool_name) {
+  return strprintf("%s zerolm %s (git %s, %s, %s)", tool_name, build_version(), build_git_describe(), build_type(),
+                   build_compiler());
+}
+
+void add_common_flags(CLI::App& app, CommonFlags& common) {
+  app.add_flag("-v,--verbose", common.verbose, "More log output (debug level)")->group("Common");
+  app.add_flag("-q,--quiet", common.quiet, "Only warnings and errors on stderr")->group("Common");
+  app.add_option("--stats-out", common.stats_out, "Write the end-of-run summary as JSON to FILE")
+      ->group("Common")
+      ->type_name("FILE");
+  app.add_option("--progress-sec", common.progress_sec, "Seconds between progress lines on stderr")
+      ->group("Common")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_flag("--no-progress", common.no_progress, "Do not print progress lines")->group("Common");
+}
+
+int tool_main(const char* tool_name, CLI::App& app, CommonFlags& common, int argc, char** argv,
+              const std::function<int()>& body) {
+  log_init(tool_name);
+  app.name(tool_name);
+  app.set_version_flag("--version", version_line(tool_name));
+  app.get_formatter()->column_width(36);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::fprintf(stderr, "%s: error: %s\n", tool_name, e.what());
+    std::fprintf(stderr, "Run with --help for usage.\n");
+    return 2;
+  }
+  if (common.quiet) log_set_level(LogLevel::Wrn);
+  if (common.verbose > 0) log_set_level(LogLevel::Dbg);
+  ZLM_LOG_DBG("%s", version_line(tool_name).c_str());
+  try {
+    return body();
+  } catch (const Error& e) {
+    std::fprintf(stderr, "%s: error: %s\n", tool_name, e.what());
+    if (e.kind() == ErrorKind::Usage) {
+      std::fprintf(stderr, "Run with --help for usage.\n");
+      return 2;
+    }
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s: error: %s\n", tool_name, e.what());
+    return 1;
+  }
+}
+
+}  // namespace zlm

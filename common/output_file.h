@@ -1,0 +1,60 @@
+// Output files that never appear half-written under their final name.
+//
+//   zlm::OutputFile out("corpus_text_document.bin");   // writes "<path>.tmp.<pid>"
+//   out.write(data, n);
+//   out.commit();        // flush, fsync, rename to the final name
+//
+// Destroying an OutputFile that was not committed removes the temporary file.
+// A SIGINT/SIGTERM/SIGHUP handler (installed on first use) unlinks every
+// temporary file still open and then lets the signal kill the process, so an
+// interrupted run leaves neither a partial file under the final name nor
+// temporary debris. Writes are buffered (1 MiB); errors (disk full) throw
+// zlm::Error(Io) naming the path. Not thread-safe: one writer per file.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace zlm {
+
+class OutputFile {
+ public:
+  explicit OutputFile(std::string path, size_t buffer_bytes = 1 << 20);
+  ~OutputFile();
+  OutputFile(const OutputFile&) = delete;
+  OutputFile& operator=(const OutputFile&) = delete;
+
+  void write(const void* data, size_t n);
+  void write(std::string_view s) { write(s.data(), s.size()); }
+  void put(char c) { write(&c, 1); }
+  // Bytes written so far (buffered or not).
+  uint64_t bytes_written() const { return bytes_written_; }
+  void commit();
+  // Removes the temporary file; the final name is left untouched.
+  void abandon();
+
+  const std::string& path() const { return path_; }
+  const std::string& temp_path() const { return temp_path_; }
+
+ private:
+  void flush_buffer();
+  void raw_write(const char* p, size_t n);
+  std::string path_, temp_path_;
+  int fd_ = -1;
+  std::vector<char> buffer_;
+  uint64_t bytes_written_ = 0;
+};
+
+// Writes a whole small file atomically (temp + rename).
+void write_file_atomic(const std::string& path, std::string_view content);
+
+// Reads a whole file; throws Error(Io) naming the path.
+std::string read_file(const std::string& path);
+
+// Size of a file in bytes; throws Error(Io) naming the path.
+uint64_t file_size(const std::string& path);
+
+}  // namespace zlm

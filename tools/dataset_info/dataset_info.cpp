@@ -1,0 +1,75 @@
+#include "tools/dataset_info/dataset_info.h"
+
+#include <algorithm>
+#include <limits>
+#include <ostream>
+
+#include "common/error.h"
+#include "formats/megatron_mmap.h"
+
+namespace zlm::dataset_info {
+
+using formats::MegatronReader;
+
+static void dump_document(const MegatronReader& r, int64_t doc, std::ostream& out) {
+  if (doc < 0 || static_cast<uint64_t>(doc) >= r.num_documents())
+    throw Error(ErrorKind::Usage, "--doc %ld out of range: the dataset has %lu documents", (long)doc,
+                (unsigned long)r.num_documents());
+  for (int64_t s = r.doc_idx(doc); s < r.doc_idx(doc + 1); ++s) {
+    auto tokens = r.sequence_tokens(static_cast<uint64_t>(s));
+    for (size_t k = 0; k < tokens.size(); ++k) out << (k ? " " : "") << tokens[k];
+    out << "\n";
+  }
+}
+
+int run(const InfoOptions& options, std::ostream& out, Stats& stats) {
+  MegatronReader r(options.prefix);  // validates header, sizes, pointers, doc_idx
+  if (options.doc >= 0) {
+    dump_document(r, options.doc, out);
+    return 0;
+  }
+  uint64_t empty_docs = 0;
+  for (uint64_t k = 0; k + 1 < r.num_doc_idx(); ++k) empty_docs += r.doc_idx(k) == r.doc_idx(k + 1);
+  int64_t min_len = std::numeric_limits<int64_t>::max(), max_len = 0;
+  int64_t min_id = std::numeric_limits<int64_t>::max(), max_id = std::numeric_limits<int64_t>::min();
+  uint64_t out_of_vocab = 0;
+  bool integer = formats::dtype_is_integer(r.dtype());
+  for (uint64_t i = 0; i < r.num_sequences(); ++i) {
+    int64_t len = r.size(i);
+    min_len = std::min(min_len, len);
+    max_len = std::max(max_len, len);
+    if (!integer) continue;
+    for (int64_t id : r.sequence_tokens(i)) {
+      min_id = std::min(min_id, id);
+      max_id = std::max(max_id, id);
+      if (options.vocab_size && (id < 0 || static_cast<uint64_t>(id) >= options.vocab_size)) ++out_of_vocab;
+    }
+  }
+  if (r.num_sequences() == 0) min_len = 0;
+  uint8_t code = static_cast<uint8_t>(r.dtype());
+  stats.set("dtype", formats::dtype_name(code));
+  stats.set("dtype_code", static_cast<uint64_t>(code));
+  stats.set("multimodal", r.multimodal() ? "yes" : "no");
+  stats.set("documents", r.num_documents());
+  stats.set("empty_documents", empty_docs);
+  stats.set("sequences", r.num_sequences());
+  stats.set("tokens", r.total_tokens());
+  stats.set("bin_bytes", r.bin_bytes());
+  stats.set("sequence_length_min", min_len);
+  stats.set("sequence_length_mean", r.num_sequences() ? static_cast<double>(r.total_tokens()) / r.num_sequences() : 0.0);
+  stats.set("sequence_length_max", max_len);
+  if (integer && r.total_tokens() > 0) {
+    stats.set("token_id_min", min_id);
+    stats.set("token_id_max", max_id);
+  }
+  if (options.vocab_size) stats.set("token_ids_out_of_vocab", out_of_vocab);
+  stats.set("integrity", out_of_vocab ? "FAILED: token ids outside the vocabulary" : "ok");
+  for (const auto& [key, value] : stats.entries()) {
+    out << key << ": ";
+    std::visit([&](const auto& v) { out << v; }, value);
+    out << "\n";
+  }
+  return out_of_vocab ? 1 : 0;
+}
+
+}  // namespace zlm::dataset_info

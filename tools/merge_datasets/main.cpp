@@ -1,0 +1,28 @@
+// merge_datasets --input DIR --output-prefix PREFIX
+// Merges every Megatron .bin/.idx pair of DIR into one dataset, as Megatron's
+// tools/merge_datasets.py does (same output bytes).
+#include "common/cli.h"
+#include "common/log.h"
+#include "tools/merge_datasets/merge_datasets.h"
+
+int main(int argc, char** argv) {
+  zlm::merge_datasets::MergeOptions opt;
+  zlm::CommonFlags common;
+  CLI::App app{"Merge the Megatron .bin/.idx datasets in a directory into one (as Megatron's merge_datasets.py)."};
+  app.add_option("--input", opt.input_dir, "Directory holding the <prefix>.bin/.idx pairs to merge (merged in sorted order)")
+      ->required()
+      ->type_name("DIR");
+  app.add_option("--output-prefix", opt.output_prefix, "Output prefix: writes PREFIX.bin and PREFIX.idx")
+      ->required()
+      ->type_name("PREFIX");
+  zlm::add_common_flags(app, common);
+  return zlm::tool_main("merge_datasets", app, common, argc, argv, [&] {
+    zlm::Stats stats("merge_datasets");
+    double start = zlm::log_elapsed_sec();
+    zlm::merge_datasets::run(opt, stats);
+    stats.set("elapsed_sec", zlm::log_elapsed_sec() - start);
+    if (!common.quiet) stats.print_table();
+    if (!common.stats_out.empty()) stats.write_json(common.stats_out);
+    return 0;
+  });
+}
