@@ -1,0 +1,231 @@
+#include "common/gpt2_bpe.h"
+
+#include <simdjson.h>
+
+#include <random>
+#include <sstream>
+
+#include "common/error.h"
+#include "common/gpt2_pretokenizer.h"
+#include "common/utf8.h"
+#include "formats/megatron_mmap.h"
+#include "test_util.h"
+
+namespace zlm {
+namespace {
+
+using test::data_path;
+
+const Gpt2Bpe& full() {
+  static Gpt2Bpe bpe = Gpt2Bpe::load(data_path("gpt2/gpt2-vocab.json"), data_path("gpt2/gpt2-merges.txt"));
+  return bpe;
+}
+const Gpt2Bpe& tiny() {
+  static Gpt2Bpe bpe = Gpt2Bpe::load(data_path("megatron/gpt2-tiny-vocab.json"), data_path("megatron/gpt2-tiny-merges.txt"));
+  return bpe;
+}
+std::vector<int32_t> enc(const Gpt2Bpe& bpe, std::string_view text) {
+  std::vector<int32_t> ids;
+  BpeCache cache;
+  bpe.encode(text, ids, &cache);
+  return ids;
+}
+
+TEST(Gpt2Bpe, LoadsGpt2Files) {
+  EXPECT_EQ(full().vocab_size(), 50257u);
+  EXPECT_EQ(full().num_merges(), 50000u);
+  EXPECT_EQ(full().eod_id(), 50256);
+  EXPECT_TRUE(full().merges_well_formed());
+  EXPECT_EQ(tiny().eod_id(), 4999);
+  EXPECT_EQ(tiny().vocab_size(), 5000u);
+}
+
+// megatron-compat.md §3.6.
+TEST(Gpt2Bpe, SpecTestVectors) {
+  using V = std::vector<int32_t>;
+  EXPECT_EQ(enc(full(), "Hello world"), (V{15496, 995}));
+  EXPECT_EQ(enc(full(), " Hello world"), (V{18435, 995}));
+  EXPECT_EQ(enc(full(), "Hello  world\n\nNew paragraph."), (V{15496, 220, 995, 198, 198, 3791, 7322, 13}));
+  EXPECT_EQ(enc(full(), "I'm can't they'LL 12345 3.14"), (V{40, 1101, 460, 470, 484, 6, 3069, 17031, 2231, 513, 13, 1415}));
+  EXPECT_EQ(enc(full(), "na\xc3\xafve caf\xc3\xa9 \xe6\x9d\xb1\xe4\xba\xac \xf0\x9f\x98\x80"),
+            (V{2616, 38776, 40304, 10545, 251, 109, 12859, 105, 30325, 222}));
+  EXPECT_EQ(enc(full(), "<|endoftext|>"), (V{27, 91, 437, 1659, 5239, 91, 29}));
+  EXPECT_EQ(enc(full(), "   "), (V{220, 220, 220}));
+  EXPECT_EQ(enc(full(), "a\tb\r\nc"), (V{64, 197, 65, 201, 198, 66}));
+  EXPECT_EQ(enc(full(), "It's 2019-11-07!"), (V{1026, 338, 13130, 12, 1157, 12, 2998, 0}));
+  EXPECT_TRUE(enc(full(), "").empty());
+}
+
+// Edge cases with ids from tiktoken and HF tokenizers (tests/reference/make_tokenizer_goldens.py).
+TEST(Gpt2Bpe, StressSetMatchesTiktokenAndHuggingFace) {
+  simdjson::dom::parser parser;
+  std::istringstream in(test::slurp(data_path("tokenizer/stress.jsonl")));
+  std::string line;
+  int cases = 0;
+  while (std::getline(in, line)) {
+    simdjson::dom::element doc = parser.parse(line);
+    std::string_view text = doc["text"].get_string();
+    for (auto [key, bpe] : {std::pair{"ids_gpt2", &full()}, std::pair{"ids_tiny", &tiny()}}) {
+      std::vector<int32_t> want;
+      for (int64_t id : doc[key].get_array()) want.push_back(static_cast<int32_t>(id));
+      EXPECT_EQ(enc(*bpe, text), want) << key << " text: " << text;
+      EXPECT_EQ(bpe->decode(enc(*bpe, text)), text) << key;
+    }
+    ++cases;
+  }
+  EXPECT_GE(cases, 60);
+}
+
+uint64_t fnv64(const std::vector<int32_t>& ids) {
+  uint64_t h = 1469598103934665603ULL;
+  for (int32_t id : ids)
+    for (int k = 0; k < 4; ++k) h = (h ^ ((static_cast<uint32_t>(id) >> (8 * k)) & 0xff)) * 1099511628211ULL;
+  return h;
+}
+
+std::vector<std::string> owt_texts() {
+  std::vector<std::string> texts;
+  simdjson::dom::parser parser;
+  std::istringstream in(test::slurp(data_path("megatron/openwebtext-1000.decoded.jsonl")));
+  std::string line;
+  while (std::getline(in, line)) texts.emplace_back(std::string_view(parser.parse(line)["text"].get_string()));
+  return texts;
+}
+
+// A large real text (4.7 MB of OpenWebText) with the full GPT-2 vocab: same ids as the references.
+TEST(Gpt2Bpe, OpenWebTextMatchesReferenceHashes) {
+  auto texts = owt_texts();
+  std::istringstream hashes(test::slurp(data_path("tokenizer/owt_hashes.txt")));
+  ASSERT_EQ(texts.size(), 1000u);
+  BpeCache cache;
+  for (size_t i = 0; i < texts.size(); ++i) {
+    size_t count;
+    std::string hex;
+    hashes >> count >> hex;
+    std::vector<int32_t> ids;
+    full().encode(texts[i], ids, &cache);
+    EXPECT_EQ(ids.size(), count) << "document " << i;
+    EXPECT_EQ(fnv64(ids), std::stoull(hex, nullptr, 16)) << "document " << i;
+  }
+}
+
+// Megatron's own output: each document re-encoded with the tiny vocab + EOD
+// equals the fixture's sequence.
+TEST(Gpt2Bpe, TinyVocabReproducesMegatronFixtureTokens) {
+  auto texts = owt_texts();
+  formats::MegatronReader ref(data_path("megatron/meg-gpt2-openwebtext_text_document"));
+  BpeCache cache;
+  for (size_t i = 0; i < texts.size(); ++i) {
+    std::vector<int32_t> ids;
+    tiny().encode(texts[i], ids, &cache);
+    ids.push_back(tiny().eod_id());
+    auto want = ref.sequence_tokens(i);
+    ASSERT_EQ(std::vector<int64_t>(ids.begin(), ids.end()), want) << "document " << i;
+  }
+}
+
+std::string random_text(std::mt19937& rng, size_t n) {
+  static const std::vector<std::string> atoms = {
+      "a", "b", "e", "th", "Z", " ", " ", "  ", "\n", "\t", "'", "'s", "'ll", "1", "42", ".", ",", "!", "-",
+      "\xc3\xa9", "\xe6\x9d\xb1", "\xf0\x9f\x98\x80", "\xc2\xa0", "\xe2\x80\xa8", "\xd9\xa3", "\xcc\x81", "\x1c", "\x85",
+      "\xff", "\xe2\x80", "\xe3\x80\x80", "\xe2\x85\xab"};
+  std::string s;
+  while (s.size() < n) s += atoms[rng() % atoms.size()];
+  return s;
+}
+
+TEST(Gpt2PreTokenizer, MatchesIcuRegexReference) {
+  std::mt19937 rng(1234);
+  for (int iter = 0; iter < 3000; ++iter) {
+    std::string text = random_text(rng, 1 + rng() % 40);
+    // The ICU reference works on valid UTF-8 only.
+    std::string valid;
+    for (size_t i = 0; i < text.size();) {
+      uint32_t cp;
+      size_t len = utf8_decode(std::string_view(text).substr(i), &cp);
+      if (len) valid.append(text, i, len);
+      i += len ? len : 1;
+    }
+    auto fast = gpt2_pretokenize(valid);
+    std::vector<std::string> got(fast.begin(), fast.end());
+    ASSERT_EQ(got, gpt2_pretokenize_reference(valid)) << "text: " << valid;
+  }
+}
+
+TEST(Gpt2PreTokenizer, PiecesCoverInvalidUtf8) {
+  std::string text = "ab\xff\xfe cd\xe2\x80 x";
+  std::string joined;
+  for (auto p : gpt2_pretokenize(text)) joined += p;
+  EXPECT_EQ(joined, text);
+}
+
+TEST(Gpt2Bpe, HeapMatchesReferenceOnLongPieces) {
+  std::mt19937 rng(99);
+  const std::vector<std::string> syll = {"th", "e", "in", "an", "er", "a", "o", "re", "on", "s", "t", "ing", "x"};
+  for (int iter = 0; iter < 40; ++iter) {
+    std::string piece;
+    size_t n = 65 + rng() % 2000;
+    while (piece.size() < n) piece += syll[rng() % syll.size()];
+    for (const Gpt2Bpe* bpe : {&full(), &tiny()}) {
+      std::vector<int32_t> got;
+      bpe->encode_piece(piece, got, nullptr);
+      ASSERT_EQ(got, bpe->encode_piece_reference(piece)) << "length " << piece.size();
+    }
+  }
+}
+
+// 1 MB single word and 1 MB without spaces: must finish well inside the test timeout
+// (quadratic BPE would need ~10^12 steps). Speed itself is measured in tests/bench.
+TEST(Gpt2Bpe, NoQuadraticBlowUp) {
+  std::string word(1 << 20, 'a');
+  auto ids = enc(full(), word);
+  EXPECT_EQ(full().decode(ids), word);
+  std::string nospace;
+  while (nospace.size() < (1u << 20)) nospace += "abc,def.ghi;";
+  ids = enc(full(), nospace);
+  EXPECT_EQ(full().decode(ids), nospace);
+}
+
+TEST(Gpt2Bpe, DecodeReplacesInvalidUtf8LikePython) {
+  // Byte tokens: GPT-2 ids 0..255 are not in byte order, so look them up by encoding.
+  auto byte_id = [](uint8_t b) {
+    std::vector<int32_t> ids;
+    full().encode_piece(std::string(1, static_cast<char>(b)), ids);
+    return ids.at(0);
+  };
+  // b"\xe6\x9d" + b"a" -> "\ufffda" ; b"\xff" -> "\ufffd"; b"\xf0\x9f\x98" + b"!" -> "\ufffd!"
+  EXPECT_EQ(full().decode({byte_id(0xE6), byte_id(0x9D), byte_id('a')}), "\xef\xbf\xbd" "a");
+  EXPECT_EQ(full().decode({byte_id(0xFF)}), "\xef\xbf\xbd");
+  EXPECT_EQ(full().decode({byte_id(0xF0), byte_id(0x9F), byte_id(0x98), byte_id('!')}), "\xef\xbf\xbd!");
+  EXPECT_EQ(full().decode({byte_id(0xC0), byte_id(0xAF)}), "\xef\xbf\xbd\xef\xbf\xbd");
+  EXPECT_ZLM_ERROR(full().decode_bytes({60000}), ErrorKind::Usage, "60000");
+}
+
+TEST(Gpt2Bpe, MegatronMergesQuirks) {
+  test::TempDir dir;
+  test::spit(dir.path("v.json"), R"({"a": 0, "b": 1, "ab": 2, "c": 3, "abc": 4, "<|endoftext|>": 5})");
+  // First line dropped even when not a header; last merge lost without a trailing newline.
+  test::spit(dir.path("m1.txt"), "a b\nab c");
+  auto bpe = Gpt2Bpe::load(dir.path("v.json"), dir.path("m1.txt"));
+  EXPECT_EQ(bpe.num_merges(), 0u);
+  test::spit(dir.path("m2.txt"), "#version: 0.2\na b\nab c\n");
+  bpe = Gpt2Bpe::load(dir.path("v.json"), dir.path("m2.txt"));
+  EXPECT_EQ(bpe.num_merges(), 2u);
+  std::vector<int32_t> ids;
+  bpe.encode("abc", ids);
+  EXPECT_EQ(ids, (std::vector<int32_t>{4}));
+  EXPECT_EQ(bpe.eod_id(), 5);
+}
+
+TEST(Gpt2Bpe, BadFilesAreClearErrors) {
+  test::TempDir dir;
+  test::spit(dir.path("bad.json"), "[1, 2]");
+  test::spit(dir.path("m.txt"), "#v\n");
+  EXPECT_ZLM_ERROR(Gpt2Bpe::load(dir.path("bad.json"), dir.path("m.txt")), ErrorKind::Format, "bad.json");
+  EXPECT_ZLM_ERROR(Gpt2Bpe::load(dir.path("none.json"), dir.path("m.txt")), ErrorKind::Io, "none.json");
+  test::spit(dir.path("v.json"), R"({"a": 0})");
+  EXPECT_ZLM_ERROR(Gpt2Bpe::load(dir.path("v.json"), dir.path("none.txt")), ErrorKind::Io, "none.txt");
+}
+
+}  // namespace
+}  // namespace zlm
