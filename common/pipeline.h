@@ -45,6 +45,9 @@ void run_ordered_pipeline(int threads, size_t max_in_flight, ReadFn&& read, Work
   // serial_in_order stages never run concurrently with themselves, but the
   // first and last stage can run concurrently with each other: guard the pool.
   std::mutex pool_mutex;
+  // Honour the requested thread count even above the core count (as --workers 8
+  // does on a 2-core machine): raise oneTBB's global worker limit for this run.
+  tbb::global_control limit(tbb::global_control::max_allowed_parallelism, static_cast<size_t>(threads));
   tbb::task_arena arena(threads);
   arena.execute([&] {
     tbb::parallel_pipeline(

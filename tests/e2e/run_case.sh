@@ -46,6 +46,7 @@ fi
 if [[ "${ZLM_UPDATE_GOLDENS:-0}" == "1" && -d "$CASE_DIR/expected" ]]; then
   for f in "$CASE_DIR"/expected/*; do
     name=$(basename "$f")
+    [[ -L "$f" ]] && continue  # goldens linked to reference fixtures are never rewritten
     if [[ $name == stdout ]]; then cp "$OUT/.stdout" "$f"; else cp "$OUT/$name" "$f"; fi
   done
   echo "updated goldens of $CASE_DIR"

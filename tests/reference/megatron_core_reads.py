@@ -39,4 +39,30 @@ for i, want in enumerate(expected):
     got = merged[i]
     assert got.dtype == want.dtype and np.array_equal(got, want), f"sequence {i} differs"
 assert list(merged.document_indices) == list(range(len(expected) + 1))
-print(f"ok: {len(expected)} sequences identical in megatron-core")
+print(f"ok: merge_datasets output: {len(expected)} sequences identical in megatron-core")
+
+# preprocess_data output (full GPT-2 vocab, 2 workers) read back by megatron-core:
+# every document equals tiktoken's ids of the text plus EOD.
+import json
+
+import tiktoken
+from tiktoken_ext.openai_public import r50k_pat_str
+
+sys.path.insert(0, os.path.dirname(__file__))
+from make_tokenizer_goldens import load  # noqa: E402
+
+tk, _ = load(os.path.join(data_dir, "gpt2", "gpt2-vocab.json"), os.path.join(data_dir, "gpt2", "gpt2-merges.txt"))
+src = os.path.join(data_dir, "megatron", "openwebtext-1000.decoded.jsonl")
+pp = os.path.join(work, "owt")
+subprocess.run([os.path.join(bin_dir, "preprocess_data"), "--input", src, "--tokenizer-type", "GPT2BPETokenizer",
+                "--vocab-file", os.path.join(data_dir, "gpt2", "gpt2-vocab.json"), "--merge-file",
+                os.path.join(data_dir, "gpt2", "gpt2-merges.txt"), "--append-eod", "--workers", "2",
+                "--output-prefix", pp, "-q"], check=True)
+ds = IndexedDataset(pp + "_text_document")
+texts = [json.loads(line)["text"] for line in open(src, encoding="utf-8")]
+assert len(ds) == len(texts), (len(ds), len(texts))
+assert ds.index.dtype == np.uint16
+for i, text in enumerate(texts):
+    want = tk.encode_ordinary(text) + [50256]
+    assert list(map(int, ds[i])) == want, f"document {i} differs from tiktoken"
+print(f"ok: preprocess_data output: {len(texts)} documents equal tiktoken's ids in megatron-core's IndexedDataset")
