@@ -1,10 +1,13 @@
 #include "common/gpt2_bpe.h"
 
 #include <simdjson.h>
+#define XXH_INLINE_ALL  // header-only xxHash: XXH3 inlined into the hot loop
+#include <xxhash.h>
 
 #include <algorithm>
 #include <climits>
 #include <queue>
+#include <unordered_map>
 
 #include "common/error.h"
 #include "common/gpt2_pretokenizer.h"
@@ -40,23 +43,61 @@ int gpt2_codepoint_to_byte(uint32_t cp) { return cp < 512 ? byte_table().from_cp
 
 // ---- cache ---------------------------------------------------------------------
 
-size_t BpeCache::Hash::operator()(std::string_view s) const {
-  // FNV-1a over 8-byte words: fast for the short pieces cached here.
-  uint64_t h = 1469598103934665603ULL ^ s.size();
-  size_t i = 0;
-  for (; i + 8 <= s.size(); i += 8) {
-    uint64_t w;
-    std::memcpy(&w, s.data() + i, 8);
-    h = (h ^ w) * 1099511628211ULL;
-    h ^= h >> 29;
+namespace {
+uint64_t piece_hash(std::string_view s) {
+  uint64_t h = XXH3_64bits(s.data(), s.size());
+  return h ? h : 1;  // 0 marks an empty slot
+}
+}  // namespace
+
+BpeCache::BpeCache(size_t max_entries) : max_entries_(max_entries), slots_(4096, Slot{}) {}
+
+void BpeCache::clear() {
+  std::fill(slots_.begin(), slots_.end(), Slot{});
+  keys_.clear();
+  ids_.clear();
+  size_ = 0;
+}
+
+bool BpeCache::find(std::string_view piece, std::vector<int32_t>& out) const {
+  const uint64_t h = piece_hash(piece);
+  const size_t mask = slots_.size() - 1;
+  for (size_t i = h & mask;; i = (i + 1) & mask) {
+    const Slot& s = slots_[i];
+    if (s.hash == 0) return false;
+    if (s.hash == h && s.key_len == piece.size() && std::memcmp(keys_.data() + s.key_offset, piece.data(), piece.size()) == 0) {
+      out.insert(out.end(), ids_.data() + s.ids_offset, ids_.data() + s.ids_offset + s.ids_len);
+      return true;
+    }
   }
-  for (; i < s.size(); ++i) h = (h ^ static_cast<uint8_t>(s[i])) * 1099511628211ULL;
-  return static_cast<size_t>(h ^ (h >> 32));
+}
+
+void BpeCache::grow() {
+  std::vector<Slot> old;
+  old.swap(slots_);
+  slots_.assign(old.size() * 2, Slot{});
+  const size_t mask = slots_.size() - 1;
+  for (const Slot& s : old) {
+    if (s.hash == 0) continue;
+    size_t i = s.hash & mask;
+    while (slots_[i].hash != 0) i = (i + 1) & mask;
+    slots_[i] = s;
+  }
 }
 
 void BpeCache::insert(std::string_view piece, const int32_t* ids, size_t n) {
-  if (map_.size() >= max_entries_) map_.clear();
-  map_.emplace(std::string(piece), std::vector<int32_t>(ids, ids + n));
+  if (piece.size() > UINT16_MAX || n > UINT16_MAX) return;
+  if (size_ >= max_entries_ || keys_.size() + piece.size() > UINT32_MAX || ids_.size() + n > UINT32_MAX) clear();
+  if ((size_ + 1) * 2 > slots_.size()) grow();
+  const uint64_t h = piece_hash(piece);
+  const size_t mask = slots_.size() - 1;
+  size_t i = h & mask;
+  while (slots_[i].hash != 0) i = (i + 1) & mask;
+  slots_[i] = Slot{h, static_cast<uint32_t>(keys_.size()), static_cast<uint16_t>(piece.size()), static_cast<uint16_t>(n),
+                   static_cast<uint32_t>(ids_.size()), 0};
+  keys_.insert(keys_.end(), piece.begin(), piece.end());
+  ids_.insert(ids_.end(), ids, ids + n);
+  ++size_;
 }
 
 // ---- model ---------------------------------------------------------------------
@@ -323,10 +364,7 @@ void Gpt2Bpe::encode_piece(std::string_view piece, std::vector<int32_t>& out, Bp
   }
   bool cacheable = cache && piece.size() <= kShortPiece;
   if (cacheable) {
-    if (const auto* hit = cache->find(piece)) {
-      out.insert(out.end(), hit->begin(), hit->end());
-      return;
-    }
+    if (cache->find(piece, out)) return;
   }
   // Whole piece already a vocab symbol reachable by merges? Still run BPE: the
   // merges decide, not the vocab.

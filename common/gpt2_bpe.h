@@ -32,29 +32,37 @@
 #include <memory>
 #include <string>
 #include <string_view>
-#include <unordered_map>
 #include <vector>
 
 namespace zlm {
 
-// Per-thread memo of piece -> ids. Memory is bounded by max_entries.
+// Per-thread memo of piece -> ids: an open-addressing table (XXH3 hashes,
+// linear probing) whose keys and ids live in two arenas, so a hit costs one
+// hash, one probe or two and a memcmp. Memory is bounded: when it holds
+// max_entries pieces it is cleared and refilled. Not thread-safe.
 class BpeCache {
  public:
-  explicit BpeCache(size_t max_entries = 1 << 20) : max_entries_(max_entries) {}
-  const std::vector<int32_t>* find(std::string_view piece) const {
-    auto it = map_.find(piece);
-    return it == map_.end() ? nullptr : &it->second;
-  }
+  explicit BpeCache(size_t max_entries = 1 << 18);
+  // On a hit, appends the ids to `out` and returns true.
+  bool find(std::string_view piece, std::vector<int32_t>& out) const;
   void insert(std::string_view piece, const int32_t* ids, size_t n);
-  size_t size() const { return map_.size(); }
+  size_t size() const { return size_; }
 
  private:
-  struct Hash {
-    using is_transparent = void;
-    size_t operator()(std::string_view s) const;
+  struct Slot {
+    uint64_t hash;       // 0 = empty
+    uint32_t key_offset;
+    uint16_t key_len;
+    uint16_t ids_len;
+    uint32_t ids_offset;
+    uint32_t unused;
   };
-  size_t max_entries_;
-  std::unordered_map<std::string, std::vector<int32_t>, Hash, std::equal_to<>> map_;
+  void grow();
+  void clear();
+  size_t max_entries_, size_ = 0;
+  std::vector<Slot> slots_;
+  std::vector<char> keys_;
+  std::vector<int32_t> ids_;
 };
 
 class Gpt2Bpe {
