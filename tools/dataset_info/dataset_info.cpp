@@ -5,18 +5,25 @@
 #include <ostream>
 
 #include "common/error.h"
+#include "common/gpt2_bpe.h"
+#include <memory>
 #include "formats/megatron_mmap.h"
 
 namespace zlm::dataset_info {
 
 using formats::MegatronReader;
+using zlm::Gpt2Bpe;
 
-static void dump_document(const MegatronReader& r, int64_t doc, std::ostream& out) {
+static void dump_document(const MegatronReader& r, int64_t doc, const Gpt2Bpe* bpe, std::ostream& out) {
   if (doc < 0 || static_cast<uint64_t>(doc) >= r.num_documents())
     throw Error(ErrorKind::Usage, "--doc %ld out of range: the dataset has %lu documents", (long)doc,
                 (unsigned long)r.num_documents());
   for (int64_t s = r.doc_idx(doc); s < r.doc_idx(doc + 1); ++s) {
     auto tokens = r.sequence_tokens(static_cast<uint64_t>(s));
+    if (bpe) {
+      out << bpe->decode(std::vector<int32_t>(tokens.begin(), tokens.end())) << "\n";
+      continue;
+    }
     for (size_t k = 0; k < tokens.size(); ++k) out << (k ? " " : "") << tokens[k];
     out << "\n";
   }
@@ -25,7 +32,10 @@ static void dump_document(const MegatronReader& r, int64_t doc, std::ostream& ou
 int run(const InfoOptions& options, std::ostream& out, Stats& stats) {
   MegatronReader r(options.prefix);  // validates header, sizes, pointers, doc_idx
   if (options.doc >= 0) {
-    dump_document(r, options.doc, out);
+    std::unique_ptr<Gpt2Bpe> bpe;
+    if (!options.vocab_file.empty() || !options.merge_file.empty())
+      bpe = std::make_unique<Gpt2Bpe>(Gpt2Bpe::load(options.vocab_file, options.merge_file));
+    dump_document(r, options.doc, bpe.get(), out);
     return 0;
   }
   uint64_t empty_docs = 0;

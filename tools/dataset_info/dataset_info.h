@@ -4,7 +4,8 @@
 // documents, empty documents, tokens, sequence-length min/mean/max, token id
 // min/max, and the integrity check (the reader's validation plus, with
 // --vocab-size, every id below the vocabulary size). With --doc N it prints
-// document N's token ids instead, one sequence per line.
+// document N's token ids instead, one sequence per line (its text, decoded with
+// the GPT-2 vocab, when --vocab-file/--merge-file are given).
 #pragma once
 
 #include <cstdint>
@@ -19,6 +20,7 @@ struct InfoOptions {
   std::string prefix;
   int64_t doc = -1;          // --doc N: dump document N
   uint64_t vocab_size = 0;   // --vocab-size: also check ids < vocab_size
+  std::string vocab_file, merge_file;  // with --doc: print the text (GPT-2 BPE decode)
 };
 
 // Returns the exit code: 0 when the dataset is intact, 1 when an id is out of

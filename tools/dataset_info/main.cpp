@@ -13,6 +13,8 @@ int main(int argc, char** argv) {
   app.add_option("prefix", opt.prefix, "Dataset prefix (PREFIX.bin and PREFIX.idx)")->required()->type_name("PREFIX");
   app.add_option("--doc", opt.doc, "Print the token ids of document N (one sequence per line)")->type_name("N")
       ->check(CLI::NonNegativeNumber);
+  app.add_option("--vocab-file", opt.vocab_file, "With --doc: print the text, decoded with this GPT-2 vocab.json");
+  app.add_option("--merge-file", opt.merge_file, "With --doc: the matching merges.txt");
   app.add_option("--vocab-size", opt.vocab_size, "Also check that every token id is below V")->type_name("V");
   zlm::add_common_flags(app, common);
   return zlm::tool_main("dataset_info", app, common, argc, argv, [&] {
