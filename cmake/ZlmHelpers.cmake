@@ -1,11 +1,19 @@
 # Helpers shared by every CMakeLists of zerolm.
 
-# zlm_add_tool(<name> SOURCES a.cpp ... [LIBS extra...])
+# zlm_add_tool(<name> SOURCES main.cpp [LIB_SOURCES logic.cpp ...] [LIBS extra...])
 # One binary in build/bin/, linked to the core libraries and the warnings target.
+# LIB_SOURCES (the tool's own logic) become the static library zlm_<name>_lib,
+# which the tests link too.
 function(zlm_add_tool name)
-  cmake_parse_arguments(ARG "" "" "SOURCES;LIBS" ${ARGN})
+  cmake_parse_arguments(ARG "" "" "SOURCES;LIB_SOURCES;LIBS" ${ARGN})
+  set(_libs zlm_data_formats zlm_formats zlm_common ${ARG_LIBS})
+  if(ARG_LIB_SOURCES)
+    add_library(zlm_${name}_lib STATIC ${ARG_LIB_SOURCES})
+    target_link_libraries(zlm_${name}_lib PUBLIC ${_libs} PRIVATE zlm_warnings)
+    set(_libs zlm_${name}_lib)
+  endif()
   add_executable(${name} ${ARG_SOURCES})
-  target_link_libraries(${name} PRIVATE zlm_formats zlm_common ${ARG_LIBS} zlm_warnings)
+  target_link_libraries(${name} PRIVATE ${_libs} zlm_warnings)
   install(TARGETS ${name} RUNTIME DESTINATION bin)
 endfunction()
 

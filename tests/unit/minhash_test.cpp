@@ -1,0 +1,153 @@
+#include "common/minhash.h"
+
+#include <cmath>
+#include <random>
+
+#include "common/union_find.h"
+#include "test_util.h"
+
+namespace zlm {
+namespace {
+
+TEST(Shingles, CodePointWindowsIncludingTheLast) {
+  std::vector<uint64_t> h;
+  shingle_hashes("abcdef", 5, h);
+  EXPECT_EQ(h.size(), 2u);  // "abcde", "bcdef"
+  shingle_hashes("ab\xc3\xa9" "cd", 5, h);  // 5 code points, 6 bytes
+  EXPECT_EQ(h.size(), 1u);
+  shingle_hashes("abcd", 5, h);
+  EXPECT_TRUE(h.empty());
+  EXPECT_EQ(shingle_set("aaaaaaaa", 5).size(), 1u);
+}
+
+TEST(Jaccard, ModesAndEmptySets) {
+  std::vector<uint64_t> a{1, 2, 3, 4}, b{3, 4, 5};
+  EXPECT_DOUBLE_EQ(jaccard(a, b, JaccardMode::Union), 2.0 / 5);
+  EXPECT_DOUBLE_EQ(jaccard(a, b, JaccardMode::Min), 2.0 / 3);
+  EXPECT_DOUBLE_EQ(jaccard(a, b, JaccardMode::Max), 2.0 / 4);
+  EXPECT_DOUBLE_EQ(jaccard({}, b, JaccardMode::Union), 0.0);
+}
+
+TEST(MinHasher, FastSignatureEqualsReference) {
+  MinHasher hasher({.num_seeds = 100, .char_ngram = 5, .seed = 7});
+  std::mt19937 rng(3);
+  for (int i = 0; i < 50; ++i) {
+    std::string text;
+    for (int k = 0; k < 10 + i * 37; ++k) text.push_back(static_cast<char>('a' + rng() % 26));
+    std::vector<uint32_t> sig(100);
+    hasher.signature(text, sig.data());
+    EXPECT_EQ(sig, hasher.signature_reference(text));
+  }
+  std::vector<uint32_t> sig(100);
+  hasher.signature("tiny", sig.data());
+  EXPECT_EQ(sig, std::vector<uint32_t>(100, 0xFFFFFFFFu));
+}
+
+// Planted pairs with a spread of similarities: a base text of random words and
+// a copy with a fraction of its words replaced.
+struct Pair {
+  std::string a, b;
+  double j;
+};
+std::vector<Pair> planted_pairs(int n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<std::string> vocab;
+  for (int w = 0; w < 5000; ++w) {
+    std::string word;
+    int len = 3 + static_cast<int>(rng() % 6);
+    for (int k = 0; k < len; ++k) word.push_back(static_cast<char>('a' + rng() % 26));
+    vocab.push_back(word);
+  }
+  std::vector<Pair> pairs;
+  for (int i = 0; i < n; ++i) {
+    std::vector<std::string> words(80);
+    for (auto& w : words) w = vocab[rng() % vocab.size()];
+    std::string a, b;
+    double p = std::uniform_real_distribution<double>(0.0, 0.35)(rng);
+    for (size_t k = 0; k < words.size(); ++k) {
+      a += words[k] + " ";
+      b += (std::uniform_real_distribution<double>(0, 1)(rng) < p ? vocab[rng() % vocab.size()] : words[k]) + " ";
+    }
+    double j = jaccard(shingle_set(a, 5), shingle_set(b, 5), JaccardMode::Union);
+    pairs.push_back({a, b, j});
+  }
+  return pairs;
+}
+
+// The signature agreement estimates J within the binomial error of 100 permutations.
+TEST(MinHasher, EstimateTracksExactJaccard) {
+  MinHasher hasher({.num_seeds = 100, .char_ngram = 5, .seed = 1234});
+  double sq = 0;
+  auto pairs = planted_pairs(400, 11);
+  for (const auto& p : pairs) {
+    std::vector<uint32_t> sa(100), sb(100);
+    hasher.signature(p.a, sa.data());
+    hasher.signature(p.b, sb.data());
+    double est = signature_similarity(sa, sb);
+    EXPECT_LT(std::fabs(est - p.j), 5 * std::sqrt(p.j * (1 - p.j) / 100) + 0.02) << "J=" << p.j;
+    sq += (est - p.j) * (est - p.j);
+  }
+  EXPECT_LT(std::sqrt(sq / pairs.size()), 0.05);
+}
+
+// LSH detection rate per similarity bin follows 1-(1-s^r)^b within 0.03
+// (10 bands x 10 rows, Megatron's defaults).
+TEST(MinHashLsh, DetectionRateFollowsTheSCurve) {
+  const int bands = 10, rows = 10;
+  MinHasher hasher({.num_seeds = 100, .char_ngram = 5, .seed = 1234});
+  auto pairs = planted_pairs(6000, 21);
+  const int kBins = 10;
+  std::vector<double> found(kBins, 0), expected(kBins, 0), count(kBins, 0);
+  for (const auto& p : pairs) {
+    std::vector<uint32_t> sa(100), sb(100);
+    hasher.signature(p.a, sa.data());
+    hasher.signature(p.b, sb.data());
+    bool candidate = false;
+    for (int b = 0; b < bands && !candidate; ++b)
+      candidate = std::equal(sa.begin() + b * rows, sa.begin() + (b + 1) * rows, sb.begin() + b * rows);
+    int bin = std::min(kBins - 1, static_cast<int>(p.j * kBins));
+    found[bin] += candidate;
+    expected[bin] += 1 - std::pow(1 - std::pow(p.j, rows), bands);
+    count[bin] += 1;
+  }
+  int checked = 0;
+  for (int bin = 0; bin < kBins; ++bin) {
+    if (count[bin] < 300) continue;  // too few pairs for a 0.03 tolerance
+    ++checked;
+    EXPECT_NEAR(found[bin] / count[bin], expected[bin] / count[bin], 0.03)
+        << "bin [" << bin / 10.0 << ", " << (bin + 1) / 10.0 << "), " << count[bin] << " pairs";
+  }
+  EXPECT_GE(checked, 4);
+}
+
+// Union-find agrees with a plain BFS over the same random graphs.
+TEST(UnionFind, MatchesBreadthFirstSearch) {
+  std::mt19937 rng(5);
+  for (int iter = 0; iter < 20; ++iter) {
+    size_t n = 50 + rng() % 200, m = rng() % 300;
+    std::vector<std::vector<uint32_t>> adj(n);
+    UnionFind uf(n);
+    for (size_t e = 0; e < m; ++e) {
+      uint32_t a = rng() % n, b = rng() % n;
+      adj[a].push_back(b);
+      adj[b].push_back(a);
+      uf.unite(a, b);
+    }
+    std::vector<int> comp(n, -1);
+    int c = 0;
+    for (size_t s = 0; s < n; ++s) {
+      if (comp[s] >= 0) continue;
+      std::vector<uint32_t> queue{static_cast<uint32_t>(s)};
+      comp[s] = c;
+      for (size_t q = 0; q < queue.size(); ++q)
+        for (uint32_t v : adj[queue[q]])
+          if (comp[v] < 0) comp[v] = c, queue.push_back(v);
+      ++c;
+    }
+    for (size_t a = 0; a < n; ++a)
+      for (size_t b = a + 1; b < n; b += 7) EXPECT_EQ(comp[a] == comp[b], uf.find(a) == uf.find(b));
+  }
+}
+
+}  // namespace
+}  // namespace zlm

@@ -1,0 +1,355 @@
+#include "tools/find_duplicates/find_duplicates.h"
+
+#define XXH_INLINE_ALL
+#include <tbb/enumerable_thread_specific.h>
+#include <tbb/global_control.h>
+#include <tbb/task_arena.h>
+#include <tbb/parallel_for.h>
+#include <tbb/parallel_sort.h>
+#include <xxhash.h>
+
+#include <algorithm>
+#include <memory>
+#include <unordered_map>
+
+#include "common/error.h"
+#include "common/input_files.h"
+#include "common/json_escape.h"
+#include "common/jsonl.h"
+#include "common/jsonl_writer.h"
+#include "common/log.h"
+#include "common/minhash.h"
+#include "common/pipeline.h"
+#include "common/progress.h"
+#include "formats/signature_file.h"
+
+namespace zlm::find_duplicates {
+
+namespace {
+
+constexpr uint32_t kLoaded = 0xFFFFFFFF;
+
+// Where a document comes from: a loaded fingerprint file, or a line of an input.
+struct DocSource {
+  uint32_t input;  // index into the input specs, or kLoaded
+  uint32_t file;   // file index within the spec / the loaded file index
+  uint64_t line;   // line number / document index within the loaded file
+};
+
+struct InputSpec {
+  std::vector<std::string> files;
+  std::string key;
+};
+
+struct Corpus {
+  std::vector<std::string> ids;
+  std::vector<uint32_t> sigs;  // num_docs * K
+  std::vector<DocSource> sources;
+  std::vector<std::unique_ptr<formats::SignatureFileReader>> loaded;
+};
+
+struct FpResult {
+  std::vector<uint32_t> sigs;
+  std::vector<std::string> ids;
+  std::vector<DocSource> sources;
+  std::vector<std::string> bad;  // "file:line: reason"
+};
+
+struct FpState {
+  JsonFieldExtractor extractor;
+  std::vector<std::string> values;
+  std::vector<uint64_t> scratch;
+  std::string detail;
+};
+
+JaccardMode parse_mode(const std::string& s) {
+  if (s == "union") return JaccardMode::Union;
+  if (s == "min") return JaccardMode::Min;
+  if (s == "max") return JaccardMode::Max;
+  throw Error(ErrorKind::Usage, "--jaccard must be union, min or max (got '%s')", s.c_str());
+}
+
+// Streams the lines of one input spec; calls fn(doc_source, text, id) for good
+// records in order, and bad(file:line message) for the others.
+class InputScanner {
+ public:
+  InputScanner(const std::vector<InputSpec>& specs, const std::string& text_key, int threads)
+      : specs_(specs), text_key_(text_key), threads_(threads) {}
+
+  // Parallel fingerprinting of every input into `corpus`.
+  void fingerprint(const MinHasher& hasher, Corpus& corpus, Progress& progress, uint64_t& bad_count, int64_t max_bad) {
+    const uint32_t K = hasher.num_seeds();
+    tbb::enumerable_thread_specific<std::unique_ptr<FpState>> states;
+    for (uint32_t s = 0; s < specs_.size(); ++s) {
+      const InputSpec& spec = specs_[s];
+      ZLM_LOG_INF(" document processing %s with key %s", spec.files.size() == 1 ? spec.files[0].c_str() : "(several files)", spec.key.c_str());
+      JsonlBatchReader reader(spec.files);
+      std::vector<std::string> keys{text_key_, spec.key};
+      run_ordered_pipeline<LineBatch, FpResult>(
+          threads_, static_cast<size_t>(threads_) * 2 + 2, [&](LineBatch& b) { return reader.next_batch(b); },
+          [&](LineBatch& b, FpResult& r) {
+            auto& slot = states.local();
+            if (!slot) slot = std::make_unique<FpState>();
+            FpState& st = *slot;
+            r.sigs.clear();
+            r.ids.clear();
+            r.sources.clear();
+            r.bad.clear();
+            for (const LineRef& ref : b.lines) {
+              RecordStatus status = st.extractor.extract(b.line(ref), b.capacity_after(ref), keys, st.values, &st.detail);
+              if (status != RecordStatus::Ok) {
+                r.bad.push_back(reader.file_name(ref.file_index) + ":" + std::to_string(ref.line_number) + ": " +
+                                record_status_name(status) + ": " + st.detail);
+                continue;
+              }
+              size_t at = r.sigs.size();
+              r.sigs.resize(at + K);
+              hasher.signature(st.values[0], r.sigs.data() + at, &st.scratch);
+              r.ids.push_back(st.values[1]);
+              r.sources.push_back({s, ref.file_index, ref.line_number});
+            }
+          },
+          [&](FpResult& r) {
+            for (const auto& msg : r.bad) {
+              if (bad_count < 20) ZLM_LOG_WRN("skipped bad record: %s", msg.c_str());
+              ++bad_count;
+              if (max_bad >= 0 && bad_count > static_cast<uint64_t>(max_bad))
+                throw Error(ErrorKind::Format, "%s (more than --max-bad-records %ld)", msg.c_str(), (long)max_bad);
+            }
+            corpus.sigs.insert(corpus.sigs.end(), r.sigs.begin(), r.sigs.end());
+            for (auto& id : r.ids) corpus.ids.push_back(std::move(id));
+            corpus.sources.insert(corpus.sources.end(), r.sources.begin(), r.sources.end());
+            progress.add(r.ids.size() + r.bad.size(), 0);
+            progress.maybe_report();
+          });
+    }
+  }
+
+  // Second pass: calls fn(doc, text) for every input document (in corpus order)
+  // whose index is accepted by want(doc). `first_doc` is the index of the first
+  // input document in the corpus.
+  template <typename Want, typename Fn>
+  void rescan(const Corpus& corpus, uint64_t first_doc, Want&& want, Fn&& fn) {
+    uint64_t doc = first_doc;
+    JsonFieldExtractor extractor;
+    std::vector<std::string> values;
+    std::string detail;
+    for (uint32_t s = 0; s < specs_.size(); ++s) {
+      JsonlBatchReader reader(specs_[s].files);
+      LineBatch b;
+      std::vector<std::string> keys{text_key_};
+      while (reader.next_batch(b)) {
+        for (const LineRef& ref : b.lines) {
+          if (doc >= corpus.ids.size()) return;
+          const DocSource& src = corpus.sources[doc];
+          if (src.input != s || src.file != ref.file_index || src.line != ref.line_number) continue;  // a bad record
+          if (want(doc)) {
+            if (extractor.extract(b.line(ref), b.capacity_after(ref), keys, values, &detail) != RecordStatus::Ok)
+              throw Error(ErrorKind::Io, "%s:%lu changed while find_duplicates was running", reader.file_name(ref.file_index).c_str(),
+                          (unsigned long)ref.line_number);
+            fn(doc, values[0]);
+          }
+          ++doc;
+        }
+      }
+    }
+  }
+
+ private:
+  const std::vector<InputSpec>& specs_;
+  std::string text_key_;
+  int threads_;
+};
+
+struct Bucket {
+  std::vector<uint32_t> docs;  // ascending = input order
+};
+
+// All buckets of one band with at least two documents, ordered by their first document.
+std::vector<Bucket> band_buckets(const Corpus& corpus, uint32_t K, uint32_t band, uint32_t rows) {
+  const uint64_t n = corpus.ids.size();
+  std::vector<std::pair<uint64_t, uint32_t>> records(n);
+  tbb::parallel_for(uint64_t{0}, n, [&](uint64_t d) {
+    const uint32_t* sig = corpus.sigs.data() + d * K + static_cast<uint64_t>(band) * rows;
+    records[d] = {XXH3_64bits_withSeed(sig, rows * sizeof(uint32_t), band), static_cast<uint32_t>(d)};
+  });
+  tbb::parallel_sort(records.begin(), records.end());
+  std::vector<Bucket> buckets;
+  for (uint64_t i = 0; i < n;) {
+    uint64_t j = i + 1;
+    while (j < n && records[j].first == records[i].first) ++j;
+    if (j - i >= 2) {
+      Bucket b;
+      for (uint64_t k = i; k < j; ++k) {
+        // Equal band hash: check the rows themselves, so a 64-bit collision cannot merge buckets.
+        const uint32_t* a = corpus.sigs.data() + static_cast<uint64_t>(records[i].second) * K + band * rows;
+        const uint32_t* c = corpus.sigs.data() + static_cast<uint64_t>(records[k].second) * K + band * rows;
+        if (std::equal(a, a + rows, c)) b.docs.push_back(records[k].second);
+      }
+      if (b.docs.size() >= 2) buckets.push_back(std::move(b));
+    }
+    i = j;
+  }
+  std::sort(buckets.begin(), buckets.end(), [](const Bucket& x, const Bucket& y) { return x.docs[0] < y.docs[0]; });
+  return buckets;
+}
+
+struct Verified {
+  uint32_t main;
+  std::vector<std::pair<uint32_t, double>> similar;
+};
+
+}  // namespace
+
+void run(const FindDuplicatesOptions& opt, const CommonFlags& common, Stats& stats) {
+  double t0 = log_elapsed_sec();
+  if (opt.inputs.size() % 2 != 0) throw Error(ErrorKind::Usage, "--inputs takes pairs: file key [file key ...]");
+  if (opt.num_bands == 0 || opt.num_seeds % opt.num_bands != 0)
+    throw Error(ErrorKind::Usage, "--num-seeds (%u) must be a multiple of --num-bands (%u)", opt.num_seeds, opt.num_bands);
+  if (opt.heuristic_iter == 0 || opt.heuristic_iter < -1) throw Error(ErrorKind::Usage, "--heuristic-iter must be >= 1 or -1");
+  const JaccardMode mode = parse_mode(opt.jaccard);
+  const MinHashParams params{.num_seeds = opt.num_seeds, .char_ngram = opt.char_ngram, .seed = opt.seed};
+  MinHasher hasher(params);
+  const uint32_t K = opt.num_seeds, rows = opt.num_seeds / opt.num_bands;
+  std::vector<InputSpec> specs;
+  for (size_t i = 0; i < opt.inputs.size(); i += 2) specs.push_back({expand_inputs(opt.inputs[i]), opt.inputs[i + 1]});
+
+  // All parallel work of this run on exactly --threads threads (also above the core count).
+  tbb::global_control limit(tbb::global_control::max_allowed_parallelism, static_cast<size_t>(std::max(1, opt.threads)));
+  tbb::task_arena arena(std::max(1, opt.threads));
+  Corpus corpus;
+  // Loaded fingerprints first (Megatron loads before fingerprinting new inputs).
+  for (uint32_t f = 0; f < opt.load_fingerprints.size(); ++f) {
+    auto reader = std::make_unique<formats::SignatureFileReader>(opt.load_fingerprints[f]);
+    reader->check_params(params);
+    for (uint64_t i = 0; i < reader->num_docs(); ++i) {
+      corpus.ids.emplace_back(reader->id(i));
+      auto sig = reader->signature(i);
+      corpus.sigs.insert(corpus.sigs.end(), sig.begin(), sig.end());
+      corpus.sources.push_back({kLoaded, f, i});
+    }
+    ZLM_LOG_INF("loaded %lu fingerprints from %s", (unsigned long)reader->num_docs(), opt.load_fingerprints[f].c_str());
+    corpus.loaded.push_back(std::move(reader));
+  }
+  const uint64_t first_input_doc = corpus.ids.size();
+  ZLM_LOG_INF("Computing fingerprints");
+  uint64_t total_bytes = 0;
+  for (const auto& s : specs) total_bytes += JsonlBatchReader(s.files).total_file_bytes();
+  Progress progress({.label = "docs", .interval_sec = common.progress_sec, .enabled = !common.no_progress && !common.quiet});
+  uint64_t bad = 0;
+  InputScanner scanner(specs, opt.text_key, opt.threads);
+  scanner.fingerprint(hasher, corpus, progress, bad, opt.max_bad_records);
+  progress.finish();
+  const uint64_t n = corpus.ids.size();
+  if (n > UINT32_MAX) throw Error(ErrorKind::Usage, "more than 2^32 documents: split the corpus");
+  double t_fp = log_elapsed_sec() - t0;
+
+  if (!opt.save_fingerprints.empty()) {
+    formats::SignatureFileContent content;
+    content.params = params;
+    content.num_docs = n;
+    content.signature = [&](uint64_t i) { return std::span<const uint32_t>(corpus.sigs.data() + i * K, K); };
+    content.id = [&](uint64_t i) { return std::string_view(corpus.ids[i]); };
+    content.for_each_text = [&](const std::function<void(std::string_view)>& sink) {
+      for (uint64_t i = 0; i < first_input_doc; ++i) sink(corpus.loaded[corpus.sources[i].file]->text(corpus.sources[i].line));
+      scanner.rescan(corpus, first_input_doc, [](uint64_t) { return true; }, [&](uint64_t, const std::string& t) { sink(t); });
+    };
+    formats::write_signature_file(opt.save_fingerprints, content);
+    ZLM_LOG_INF("saved %lu fingerprints to %s", (unsigned long)n, opt.save_fingerprints.c_str());
+  }
+
+  uint64_t buckets_total = 0, pairs_compared = 0, pairs_similar = 0, lines_out = 0;
+  if (!opt.output.empty()) {
+    ZLM_LOG_INF("Compute jaccard similarity");
+    std::vector<std::vector<Bucket>> bands(opt.num_bands);
+    std::vector<uint8_t> candidate(n, 0);
+    for (uint32_t b = 0; b < opt.num_bands; ++b) {
+      arena.execute([&] { bands[b] = band_buckets(corpus, K, b, rows); });
+      for (const auto& bucket : bands[b])
+        for (uint32_t d : bucket.docs) candidate[d] = 1;
+      buckets_total += bands[b].size();
+    }
+    // Texts of the candidates only: from the loaded files, or a second pass over the inputs.
+    std::unordered_map<uint32_t, std::string> texts;
+    uint64_t candidates = 0;
+    for (uint64_t d = 0; d < n; ++d) {
+      if (!candidate[d]) continue;
+      ++candidates;
+      if (d < first_input_doc) texts.emplace(static_cast<uint32_t>(d), std::string(corpus.loaded[corpus.sources[d].file]->text(corpus.sources[d].line)));
+    }
+    scanner.rescan(corpus, first_input_doc, [&](uint64_t d) { return candidate[d] != 0; },
+                   [&](uint64_t d, const std::string& t) { texts.emplace(static_cast<uint32_t>(d), t); });
+    ZLM_LOG_INF("%lu candidate buckets over %u bands, %lu candidate documents", (unsigned long)buckets_total, opt.num_bands,
+                (unsigned long)candidates);
+
+    JsonlWriter out(opt.output);
+    std::unordered_map<uint64_t, double> known;  // verified pairs of earlier bands (main, other) -> similarity
+    auto pair_key = [](uint32_t a, uint32_t b) { return (static_cast<uint64_t>(std::min(a, b)) << 32) | std::max(a, b); };
+    for (uint32_t b = 0; b < opt.num_bands; ++b) {
+      const auto& buckets = bands[b];
+      std::vector<std::vector<Verified>> results(buckets.size());
+      std::vector<std::vector<std::pair<uint64_t, double>>> computed(buckets.size());
+      arena.execute([&] {
+        tbb::parallel_for(size_t{0}, buckets.size(), [&](size_t i) {
+          std::vector<uint32_t> work = buckets[i].docs;
+          std::unordered_map<uint32_t, std::vector<uint64_t>> shingles;
+          auto set_of = [&](uint32_t d) -> const std::vector<uint64_t>& {
+            auto it = shingles.find(d);
+            if (it == shingles.end()) it = shingles.emplace(d, shingle_set(texts.at(d), opt.char_ngram)).first;
+            return it->second;
+          };
+          for (int round = 0; work.size() > 1 && (opt.heuristic_iter < 0 || round < opt.heuristic_iter); ++round) {
+            Verified v{work[0], {}};
+            std::vector<uint32_t> rest;
+            for (size_t k = 1; k < work.size(); ++k) {
+              uint32_t other = work[k];
+              uint64_t key = pair_key(v.main, other);
+              auto it = known.find(key);
+              bool seen = it != known.end();
+              double sim = seen ? it->second : jaccard(set_of(v.main), set_of(other), mode);
+              if (!seen) computed[i].emplace_back(key, sim);
+              if (sim > opt.jaccard_threshold) {
+                if (!seen) v.similar.emplace_back(other, sim);
+              } else {
+                rest.push_back(other);
+              }
+            }
+            if (!v.similar.empty()) results[i].push_back(std::move(v));
+            work.swap(rest);
+          }
+        });
+      });
+      for (size_t i = 0; i < buckets.size(); ++i) {
+        for (const auto& [key, sim] : computed[i]) known.emplace(key, sim);
+        pairs_compared += computed[i].size();
+        for (const Verified& v : results[i]) {
+          std::string list = "[";
+          for (size_t k = 0; k < v.similar.size(); ++k) {
+            if (k) list += ", ";
+            list += "{" + json_string(corpus.ids[v.similar[k].first]) + ": " + json_number(v.similar[k].second) + "}";
+          }
+          list += "]";
+          out.begin_object();
+          out.field_raw(corpus.ids[v.main], list);
+          out.end_object();
+          pairs_similar += v.similar.size();
+          ++lines_out;
+        }
+      }
+    }
+    out.commit();
+  }
+  ZLM_LOG_INF("done :-)");
+  stats.set("docs_fingerprinted", n - first_input_doc);
+  stats.set("docs_loaded", first_input_doc);
+  stats.set("docs_bad", bad);
+  stats.set("candidate_buckets", buckets_total);
+  stats.set("pairs_compared", pairs_compared);
+  stats.set("pairs_similar", pairs_similar);
+  stats.set("lines_out", lines_out);
+  stats.set("fingerprint_sec", t_fp);
+  stats.set("fingerprint_mb_per_sec", t_fp > 0 ? static_cast<double>(total_bytes) / t_fp / 1e6 : 0.0);
+  stats.set("elapsed_sec", log_elapsed_sec() - t0);
+}
+
+}  // namespace zlm::find_duplicates
