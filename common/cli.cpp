@@ -27,6 +27,14 @@ void add_common_flags(CLI::App& app, CommonFlags& common) {
   app.add_flag("--no-progress", common.no_progress, "Do not print progress lines")->group("Common");
 }
 
+int run_with_stats(const char* tool_name, const CommonFlags& common, const std::function<int(Stats&)>& fn) {
+  Stats stats(tool_name);
+  int rc = fn(stats);
+  if (!common.quiet) stats.print_table();
+  if (!common.stats_out.empty()) stats.write_json(common.stats_out);
+  return rc;
+}
+
 int tool_main(const char* tool_name, CLI::App& app, CommonFlags& common, int argc, char** argv,
               const std::function<int()>& body) {
   log_init(tool_name);

@@ -20,6 +20,8 @@
 #include <functional>
 #include <string>
 
+#include "common/stats.h"
+
 namespace zlm {
 
 struct CommonFlags {
@@ -34,6 +36,10 @@ void add_common_flags(CLI::App& app, CommonFlags& common);
 
 int tool_main(const char* tool_name, CLI::App& app, CommonFlags& common, int argc, char** argv,
               const std::function<int()>& body);
+
+// The usual body of a tool: runs fn(stats), then prints the summary table
+// (unless -q) and writes --stats-out. Returns fn's exit code.
+int run_with_stats(const char* tool_name, const CommonFlags& common, const std::function<int(Stats&)>& fn);
 
 // The version line: "<tool> zerolm 0.1.0 (git abc123, Release, GNU 12.2.0)".
 std::string version_line(const char* tool_name);

@@ -35,10 +35,9 @@ int main(int argc, char** argv) {
   return zlm::tool_main("find_duplicates", app, common, argc, argv, [&] {
     if (opt.inputs.empty() && opt.load_fingerprints.empty())
       throw zlm::Error(zlm::ErrorKind::Usage, "nothing to do: give --inputs and/or --load-fingerprints");
-    zlm::Stats stats("find_duplicates");
-    zlm::find_duplicates::run(opt, common, stats);
-    if (!common.quiet) stats.print_table();
-    if (!common.stats_out.empty()) stats.write_json(common.stats_out);
-    return 0;
+    return zlm::run_with_stats("find_duplicates", common, [&](zlm::Stats& stats) {
+      zlm::find_duplicates::run(opt, common, stats);
+      return 0;
+    });
   });
 }

@@ -17,12 +17,11 @@ int main(int argc, char** argv) {
       ->type_name("PREFIX");
   zlm::add_common_flags(app, common);
   return zlm::tool_main("merge_datasets", app, common, argc, argv, [&] {
-    zlm::Stats stats("merge_datasets");
-    double start = zlm::log_elapsed_sec();
-    zlm::merge_datasets::run(opt, stats);
-    stats.set("elapsed_sec", zlm::log_elapsed_sec() - start);
-    if (!common.quiet) stats.print_table();
-    if (!common.stats_out.empty()) stats.write_json(common.stats_out);
-    return 0;
+    return zlm::run_with_stats("merge_datasets", common, [&](zlm::Stats& stats) {
+      double start = zlm::log_elapsed_sec();
+      zlm::merge_datasets::run(opt, stats);
+      stats.set("elapsed_sec", zlm::log_elapsed_sec() - start);
+      return 0;
+    });
   });
 }

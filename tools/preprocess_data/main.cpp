@@ -45,10 +45,9 @@ int main(int argc, char** argv) {
   return zlm::tool_main("preprocess_data", app, common, argc, argv, [&] {
     if (chunk_size) ZLM_LOG_INF("--chunk-size %d: not needed (batches are sized automatically); output is unaffected", chunk_size);
     if (opt.log_interval == 0) opt.log_interval = 1;
-    zlm::Stats stats("preprocess_data");
-    zlm::preprocess::run(opt, common, stats);
-    if (!common.quiet) stats.print_table();
-    if (!common.stats_out.empty()) stats.write_json(common.stats_out);
-    return 0;
+    return zlm::run_with_stats("preprocess_data", common, [&](zlm::Stats& stats) {
+      zlm::preprocess::run(opt, common, stats);
+      return 0;
+    });
   });
 }

@@ -1,0 +1,154 @@
+#include "tools/dedup/dedup.h"
+
+#include <simdjson.h>
+
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+#include "common/error.h"
+#include "common/jsonl.h"
+#include "common/jsonl_writer.h"
+#include "common/line_reader.h"
+#include "common/log.h"
+#include "common/progress.h"
+#include "common/utf8.h"
+
+namespace zlm::dedup {
+
+namespace {
+
+// id -> group index, from group_dups output.
+std::unordered_map<std::string, uint32_t> read_groups(const std::string& path, uint32_t* num_groups, uint64_t* ids) {
+  std::unordered_map<std::string, uint32_t> group_of;
+  LineReader reader(path);
+  simdjson::dom::parser parser;
+  std::string_view line;
+  uint32_t g = 0;
+  while (reader.next(line)) {
+    if (line.empty()) continue;
+    simdjson::padded_string padded(line);
+    simdjson::dom::object obj;
+    if (parser.parse(padded).get_object().get(obj))
+      throw Error(ErrorKind::Format, "%s:%lu: not a group line {\"n\": [ids]}", path.c_str(), (unsigned long)reader.line_number());
+    for (auto [name, list] : obj) {
+      simdjson::dom::array arr;
+      if (list.get_array().get(arr))
+        throw Error(ErrorKind::Format, "%s:%lu: group '%.*s' is not a list", path.c_str(), (unsigned long)reader.line_number(),
+                    static_cast<int>(name.size()), name.data());
+      for (simdjson::dom::element id : arr) {
+        std::string_view s;
+        if (id.get_string().get(s))
+          throw Error(ErrorKind::Format, "%s:%lu: a group member is not a string", path.c_str(), (unsigned long)reader.line_number());
+        if (!group_of.emplace(std::string(s), g).second)
+          ZLM_LOG_WRN("%s:%lu: id '%.*s' is in more than one group; the first one counts", path.c_str(),
+                      (unsigned long)reader.line_number(), static_cast<int>(s.size()), s.data());
+        ++*ids;
+      }
+      ++g;
+    }
+  }
+  *num_groups = g;
+  return group_of;
+}
+
+size_t code_points(std::string_view s) {
+  size_t n = 0;
+  for (char c : s) n += (static_cast<unsigned char>(c) & 0xC0) != 0x80;
+  return n;
+}
+
+}  // namespace
+
+void run(const DedupOptions& opt, const CommonFlags& common, Stats& stats) {
+  double t0 = log_elapsed_sec();
+  if (opt.keep != "first" && opt.keep != "longest") throw Error(ErrorKind::Usage, "--keep must be first or longest");
+  uint32_t num_groups = 0;
+  uint64_t group_ids = 0;
+  auto group_of = read_groups(opt.groups, &num_groups, &group_ids);
+  ZLM_LOG_INF("will be removing %lu urls", (unsigned long)(group_ids - num_groups));
+  std::vector<std::string> keys{opt.key, opt.text_key};
+  const uint64_t kNone = UINT64_MAX;
+  // The record number (data line number) of each group's chosen document.
+  std::vector<uint64_t> chosen(num_groups, kNone);
+  if (opt.keep == "longest") {
+    std::vector<size_t> best_len(num_groups, 0);
+    JsonlBatchReader reader({opt.input});
+    JsonFieldExtractor extractor;
+    std::vector<std::string> values;
+    std::string detail;
+    LineBatch batch;
+    while (reader.next_batch(batch))
+      for (size_t i = 0; i < batch.lines.size(); ++i) {
+        const LineRef& ref = batch.lines[i];
+        if (extractor.extract(batch.line(ref), batch.capacity_after(ref), keys, values, &detail) != RecordStatus::Ok) continue;
+        auto it = group_of.find(values[0]);
+        if (it == group_of.end()) continue;
+        size_t len = code_points(values[1]);
+        uint64_t rec = batch.first_record + i;
+        if (chosen[it->second] == kNone || len > best_len[it->second]) chosen[it->second] = rec, best_len[it->second] = len;
+      }
+  }
+  JsonlBatchReader reader({opt.input});
+  JsonlWriter out(opt.output);
+  std::unique_ptr<JsonlWriter> removed_out;
+  if (!opt.removed_out.empty()) removed_out = std::make_unique<JsonlWriter>(opt.removed_out);
+  JsonFieldExtractor extractor;
+  std::vector<std::string> values;
+  std::string detail;
+  LineBatch batch;
+  uint64_t written = 0, removed = 0, removed_chars = 0, bad = 0, in = 0;
+  Progress progress({.label = "docs", .total_bytes = reader.total_file_bytes(), .interval_sec = common.progress_sec,
+                     .enabled = !common.no_progress && !common.quiet});
+  while (reader.next_batch(batch)) {
+    for (size_t i = 0; i < batch.lines.size(); ++i) {
+      const LineRef& ref = batch.lines[i];
+      std::string_view line = batch.line(ref);
+      ++in;
+      RecordStatus st = extractor.extract(line, batch.capacity_after(ref), keys, values, &detail);
+      if (st != RecordStatus::Ok) {
+        ++bad;
+        if (bad <= 20) ZLM_LOG_WRN("%s:%lu: [SKIPPING] %s: %s", opt.input.c_str(), (unsigned long)ref.line_number, record_status_name(st), detail.c_str());
+        if (opt.max_bad_records >= 0 && bad > static_cast<uint64_t>(opt.max_bad_records))
+          throw Error(ErrorKind::Format, "%s:%lu: more than --max-bad-records %ld bad lines", opt.input.c_str(),
+                      (unsigned long)ref.line_number, (long)opt.max_bad_records);
+        if (removed_out) removed_out->write_raw_line(line);
+        continue;
+      }
+      bool keep = true;
+      auto it = group_of.find(values[0]);
+      if (it != group_of.end()) {
+        uint64_t rec = batch.first_record + i;
+        uint64_t& c = chosen[it->second];
+        if (c == kNone) c = rec;  // --keep first: the first member met
+        keep = c == rec;
+      }
+      if (keep) {
+        out.write_raw_line(line);
+        ++written;
+      } else {
+        ++removed;
+        removed_chars += code_points(values[1]);
+        if (removed_out) removed_out->write_raw_line(line);
+      }
+    }
+    progress.add(batch.lines.size(), batch.bytes);
+    progress.set_kept(written);
+    progress.maybe_report();
+  }
+  progress.finish();
+  out.commit();
+  if (removed_out) removed_out->commit();
+  ZLM_LOG_INF(" [PROCESSED] time (s): %.2f | written: %lu | removed: %lu (char: %lu)", log_elapsed_sec() - t0,
+              (unsigned long)written, (unsigned long)removed, (unsigned long)removed_chars);
+  ZLM_LOG_INF("done :-)");
+  stats.set("groups", static_cast<uint64_t>(num_groups));
+  stats.set("docs_in", in);
+  stats.set("docs_written", written);
+  stats.set("docs_removed", removed);
+  stats.set("chars_removed", removed_chars);
+  stats.set("docs_bad", bad);
+  stats.set("elapsed_sec", log_elapsed_sec() - t0);
+}
+
+}  // namespace zlm::dedup

@@ -1,0 +1,120 @@
+#include "tools/group_dups/group_dups.h"
+
+#include <simdjson.h>
+
+#include <unordered_map>
+#include <vector>
+
+#include "common/error.h"
+#include "common/jsonl_writer.h"
+#include "common/json_escape.h"
+#include "common/line_reader.h"
+#include "common/log.h"
+#include "common/union_find.h"
+
+namespace zlm::group_dups {
+
+void run(const GroupOptions& opt, const CommonFlags& common, Stats& stats) {
+  double t0 = log_elapsed_sec();
+  std::unordered_map<std::string, uint32_t> index;
+  std::vector<const std::string*> names;  // id by first appearance
+  UnionFind uf;
+  auto intern = [&](std::string_view id) {
+    auto [it, inserted] = index.try_emplace(std::string(id), static_cast<uint32_t>(names.size()));
+    if (inserted) {
+      names.push_back(&it->first);
+      uf.resize(names.size());
+    }
+    return it->second;
+  };
+  LineReader reader(opt.input);
+  simdjson::dom::parser parser;
+  std::string_view line;
+  uint64_t lines = 0, bad = 0, links = 0;
+  std::vector<uint32_t> members;
+  while (reader.next(line)) {
+    ++lines;
+    if (line.empty()) continue;
+    simdjson::padded_string padded(line);
+    simdjson::dom::object obj;
+    std::string why;
+    auto err = parser.parse(padded).get_object().get(obj);
+    if (!err) {
+      for (auto [main, list] : obj) {
+        members.assign(1, intern(main));
+        simdjson::dom::array arr;
+        if (list.get_array().get(arr)) {
+          why = "the value of a main id is not a list";
+          break;
+        }
+        for (simdjson::dom::element item : arr) {
+          simdjson::dom::object pair;
+          if (item.get_object().get(pair)) {
+            why = "a list item is not an {id: similarity} object";
+            break;
+          }
+          for (auto [other, sim] : pair) {
+            double s;
+            if (sim.get_double().get(s)) {
+              why = "a similarity is not a number";
+              break;
+            }
+            if (s >= opt.threshold) members.push_back(intern(other));
+          }
+        }
+        if (!why.empty()) break;
+        for (size_t k = 1; k < members.size(); ++k) links += uf.unite(members[0], members[k]);
+      }
+    } else {
+      why = std::string("malformed JSON: ") + simdjson::error_message(err);
+    }
+    if (!why.empty()) {
+      ++bad;
+      if (bad <= 20) ZLM_LOG_WRN("%s:%lu: skipped bad line: %s", opt.input.c_str(), (unsigned long)lines, why.c_str());
+      if (opt.max_bad_records >= 0 && bad > static_cast<uint64_t>(opt.max_bad_records))
+        throw Error(ErrorKind::Format, "%s:%lu: more than --max-bad-records %ld bad lines", opt.input.c_str(), (unsigned long)lines,
+                    (long)opt.max_bad_records);
+    }
+    if (lines % 100000 == 0 && !common.quiet)
+      ZLM_LOG_INF(" > processed %lu lines in %.2f seconds ...", (unsigned long)lines, log_elapsed_sec() - t0);
+  }
+  // Components in order of first appearance; members in order of first appearance.
+  const uint32_t n = static_cast<uint32_t>(names.size());
+  std::vector<uint32_t> group_of_root(n, UINT32_MAX), sizes;
+  std::vector<std::vector<uint32_t>> groups;
+  for (uint32_t i = 0; i < n; ++i) {
+    uint32_t r = uf.find(i);
+    if (group_of_root[r] == UINT32_MAX) {
+      group_of_root[r] = static_cast<uint32_t>(groups.size());
+      groups.emplace_back();
+    }
+    groups[group_of_root[r]].push_back(i);
+  }
+  JsonlWriter out(opt.output);
+  uint64_t kept_groups = 0, removed = 0;
+  for (const auto& g : groups) {
+    if (g.size() < 2) continue;
+    std::string list = "[";
+    for (size_t k = 0; k < g.size(); ++k) list += (k ? ", " : "") + json_string(*names[g[k]]);
+    list += "]";
+    out.begin_object();
+    out.field_raw(std::to_string(kept_groups), list);
+    out.end_object();
+    ++kept_groups;
+    removed += g.size() - 1;
+  }
+  out.commit();
+  ZLM_LOG_INF("out of %lu urls, only %lu are unique and %lu should be removed", (unsigned long)(removed + kept_groups),
+              (unsigned long)kept_groups, (unsigned long)removed);
+  stats.set("lines_in", lines);
+  stats.set("lines_bad", bad);
+  stats.set("ids_seen", static_cast<uint64_t>(n));
+  stats.set("links_used", links);
+  stats.set("groups_out", kept_groups);
+  stats.set("ids_in_groups", removed + kept_groups);
+  stats.set("ids_to_remove", removed);
+  stats.set("threshold", opt.threshold);
+  stats.set("elapsed_sec", log_elapsed_sec() - t0);
+}
+
+}  // namespace zlm::group_dups

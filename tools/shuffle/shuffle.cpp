@@ -1,0 +1,113 @@
+#include "tools/shuffle/shuffle.h"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "common/error.h"
+#include "common/line_reader.h"
+#include "common/log.h"
+#include "common/output_file.h"
+#include "common/progress.h"
+
+namespace zlm::shuffle {
+
+uint64_t line_key(uint64_t seed, uint64_t i) {
+  uint64_t z = seed * 0x9E3779B97F4A7C15ULL + (i + 1) * 0xD1B54A32D192ED03ULL;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+  return z ^ (z >> 31);
+}
+
+namespace {
+
+struct Rec {
+  uint64_t key, index;
+  size_t offset, length;  // into the bucket buffer
+};
+
+// Sorts one bucket's records (key, index, line) in memory and appends the lines to out.
+void emit_sorted(std::vector<Rec>& recs, const std::string& buf, OutputFile& out) {
+  std::sort(recs.begin(), recs.end(), [](const Rec& a, const Rec& b) { return a.key != b.key ? a.key < b.key : a.index < b.index; });
+  for (const Rec& r : recs) {
+    out.write(buf.data() + r.offset, r.length);
+    out.put('\n');
+  }
+}
+
+}  // namespace
+
+void run(const ShuffleOptions& opt, const CommonFlags& common, Stats& stats) {
+  double t0 = log_elapsed_sec();
+  uint64_t in_bytes = 0;
+  struct stat st {};
+  if (opt.input != "-" && ::stat(opt.input.c_str(), &st) == 0) in_bytes = static_cast<uint64_t>(st.st_size);
+  LineReader reader(opt.input);
+  // Buckets: enough that one (decompressed) bucket fits the memory budget; compressed
+  // inputs are assumed to expand 4x, stdin gets 64 buckets.
+  uint64_t budget = std::max<uint64_t>(opt.memory_mb, 1) << 20;
+  uint64_t expected = opt.input == "-" ? budget * 64 : in_bytes * (reader.compression() == Compression::None ? 1 : 4);
+  uint32_t bits = 0;
+  while ((expected >> bits) > budget / 2 && bits < 16) ++bits;
+  const uint32_t buckets = 1u << bits;
+  Progress progress({.label = "lines", .total_bytes = reader.compression() == Compression::None ? in_bytes : 0,
+                     .interval_sec = common.progress_sec, .enabled = !common.no_progress && !common.quiet});
+  OutputFile out(opt.output);
+  std::string_view line;
+  uint64_t lines = 0;
+  if (buckets == 1) {
+    std::string buf;
+    std::vector<Rec> recs;
+    while (reader.next(line)) {
+      recs.push_back({line_key(opt.seed, lines), lines, buf.size(), line.size()});
+      buf.append(line);
+      ++lines;
+      progress.add(1, line.size() + 1);
+      progress.maybe_report();
+    }
+    emit_sorted(recs, buf, out);
+  } else {
+    ZLM_LOG_INF("two-pass shuffle through %u temporary buckets next to %s", buckets, opt.output.c_str());
+    std::vector<std::unique_ptr<OutputFile>> parts;
+    for (uint32_t b = 0; b < buckets; ++b)
+      parts.push_back(std::make_unique<OutputFile>(opt.output + ".bucket" + std::to_string(b), 1 << 16));
+    while (reader.next(line)) {
+      uint64_t key = line_key(opt.seed, lines);
+      OutputFile& part = *parts[key >> (64 - bits)];
+      uint64_t header[3] = {key, lines, line.size()};
+      part.write(header, sizeof header);
+      part.write(line);
+      ++lines;
+      progress.add(1, line.size() + 1);
+      progress.maybe_report();
+    }
+    std::vector<Rec> recs;
+    for (uint32_t b = 0; b < buckets; ++b) {
+      parts[b]->commit();  // under its own temporary name, removed below
+      std::string data = read_file(parts[b]->path());
+      std::remove(parts[b]->path().c_str());
+      recs.clear();
+      std::string lines_buf;
+      for (size_t p = 0; p < data.size();) {
+        uint64_t header[3];
+        std::memcpy(header, data.data() + p, sizeof header);
+        p += sizeof header;
+        recs.push_back({header[0], header[1], p, header[2]});
+        p += header[2];
+      }
+      emit_sorted(recs, data, out);
+    }
+  }
+  progress.finish();
+  out.commit();
+  stats.set("lines", lines);
+  stats.set("bytes_in", reader.bytes_read());
+  stats.set("buckets", static_cast<uint64_t>(buckets));
+  stats.set("seed", opt.seed);
+  stats.set("elapsed_sec", log_elapsed_sec() - t0);
+}
+
+}  // namespace zlm::shuffle
