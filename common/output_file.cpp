@@ -99,7 +99,7 @@ void OutputFile::flush_buffer() {
   buffer_.clear();
 }
 
-void OutputFile::write(const void* data, size_t n) {
+void OutputFile::write_slow(const void* data, size_t n) {
   if (fd_ < 0) throw Error(ErrorKind::Internal, "write to closed output file '%s'", path_.c_str());
   bytes_written_ += n;
   const char* p = static_cast<const char*>(data);

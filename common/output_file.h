@@ -27,7 +27,14 @@ class OutputFile {
   OutputFile(const OutputFile&) = delete;
   OutputFile& operator=(const OutputFile&) = delete;
 
-  void write(const void* data, size_t n);
+  void write(const void* data, size_t n) {
+    if (buffer_.size() + n <= buffer_.capacity() && fd_ >= 0) {  // fast path: no flush needed
+      buffer_.insert(buffer_.end(), static_cast<const char*>(data), static_cast<const char*>(data) + n);
+      bytes_written_ += n;
+      return;
+    }
+    write_slow(data, n);
+  }
   void write(std::string_view s) { write(s.data(), s.size()); }
   void put(char c) { write(&c, 1); }
   // Bytes written so far (buffered or not).
@@ -41,6 +48,7 @@ class OutputFile {
 
  private:
   void flush_buffer();
+  void write_slow(const void* data, size_t n);
   void raw_write(const char* p, size_t n);
   std::string path_, temp_path_;
   int fd_ = -1;
