@@ -51,34 +51,51 @@ void min_permutations_scalar(const uint64_t* hashes, size_t n, const uint32_t* m
 }
 
 #if defined(__x86_64__) && defined(__GNUC__)
-// AVX2: 8 permutations per pass over the shingles (two 4-lane groups of 64-bit
-// lanes, minima kept in registers), so the hashes stream from L1 k/8 times.
+// AVX2: 16 permutations per pass over the shingles (four 4-lane groups of
+// 64-bit lanes, minima kept in registers), so the hashes stream from L1 k/16
+// times and four independent dependency chains keep the multipliers busy.
+namespace avx2 {
+struct Group {
+  __m256i lo, hi, add, acc;
+};
+__attribute__((target("avx2"))) inline Group load_group(const uint32_t* mul_lo, const uint32_t* mul_hi, const uint64_t* add) {
+  return {_mm256_cvtepu32_epi64(_mm_loadu_si128(reinterpret_cast<const __m128i*>(mul_lo))),
+          _mm256_cvtepu32_epi64(_mm_loadu_si128(reinterpret_cast<const __m128i*>(mul_hi))),
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(add)), _mm256_set1_epi64x(0xFFFFFFFFLL)};
+}
+__attribute__((target("avx2"))) inline void step(Group& g, __m256i x, __m256i mask32) {
+  __m256i t = _mm256_srli_epi64(_mm256_add_epi64(_mm256_mul_epu32(g.lo, x), g.add), 32);
+  t = _mm256_and_si256(_mm256_add_epi64(t, _mm256_mul_epu32(g.hi, x)), mask32);
+  g.acc = _mm256_min_epu32(g.acc, t);  // upper 32 bits of every lane are 0
+}
+__attribute__((target("avx2"))) inline void store(const Group& g, uint32_t* out) {
+  alignas(32) uint64_t tmp[4];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(tmp), g.acc);
+  for (int j = 0; j < 4; ++j) out[j] = static_cast<uint32_t>(tmp[j]);
+}
+}  // namespace avx2
+
 __attribute__((target("avx2"))) void min_permutations_avx2(const uint64_t* hashes, size_t n, const uint32_t* mul_lo,
                                                            const uint32_t* mul_hi, const uint64_t* add, uint32_t k,
                                                            uint32_t* out) {
   const __m256i mask32 = _mm256_set1_epi64x(0xFFFFFFFFLL);
   uint32_t i = 0;
-  for (; i + 8 <= k; i += 8) {
-    const __m256i lo0 = _mm256_cvtepu32_epi64(_mm_loadu_si128(reinterpret_cast<const __m128i*>(mul_lo + i)));
-    const __m256i lo1 = _mm256_cvtepu32_epi64(_mm_loadu_si128(reinterpret_cast<const __m128i*>(mul_lo + i + 4)));
-    const __m256i hi0 = _mm256_cvtepu32_epi64(_mm_loadu_si128(reinterpret_cast<const __m128i*>(mul_hi + i)));
-    const __m256i hi1 = _mm256_cvtepu32_epi64(_mm_loadu_si128(reinterpret_cast<const __m128i*>(mul_hi + i + 4)));
-    const __m256i ad0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(add + i));
-    const __m256i ad1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(add + i + 4));
-    __m256i acc0 = mask32, acc1 = mask32;
+  for (; i + 16 <= k; i += 16) {
+    avx2::Group g[4];
+    for (int j = 0; j < 4; ++j) g[j] = avx2::load_group(mul_lo + i + 4 * j, mul_hi + i + 4 * j, add + i + 4 * j);
     for (size_t s = 0; s < n; ++s) {
       const __m256i x = _mm256_set1_epi64x(static_cast<int64_t>(hashes[s] & 0xFFFFFFFFULL));
-      __m256i t0 = _mm256_srli_epi64(_mm256_add_epi64(_mm256_mul_epu32(lo0, x), ad0), 32);
-      __m256i t1 = _mm256_srli_epi64(_mm256_add_epi64(_mm256_mul_epu32(lo1, x), ad1), 32);
-      t0 = _mm256_and_si256(_mm256_add_epi64(t0, _mm256_mul_epu32(hi0, x)), mask32);
-      t1 = _mm256_and_si256(_mm256_add_epi64(t1, _mm256_mul_epu32(hi1, x)), mask32);
-      acc0 = _mm256_min_epu32(acc0, t0);  // upper 32 bits of every lane are 0
-      acc1 = _mm256_min_epu32(acc1, t1);
+      avx2::step(g[0], x, mask32);
+      avx2::step(g[1], x, mask32);
+      avx2::step(g[2], x, mask32);
+      avx2::step(g[3], x, mask32);
     }
-    alignas(32) uint64_t tmp[8];
-    _mm256_store_si256(reinterpret_cast<__m256i*>(tmp), acc0);
-    _mm256_store_si256(reinterpret_cast<__m256i*>(tmp + 4), acc1);
-    for (int j = 0; j < 8; ++j) out[i + j] = static_cast<uint32_t>(tmp[j]);
+    for (int j = 0; j < 4; ++j) avx2::store(g[j], out + i + 4 * j);
+  }
+  for (; i + 4 <= k; i += 4) {
+    avx2::Group g = avx2::load_group(mul_lo + i, mul_hi + i, add + i);
+    for (size_t s = 0; s < n; ++s) avx2::step(g, _mm256_set1_epi64x(static_cast<int64_t>(hashes[s] & 0xFFFFFFFFULL)), mask32);
+    avx2::store(g, out + i);
   }
   if (i < k) min_permutations_scalar(hashes, n, mul_lo + i, mul_hi + i, add + i, k - i, out + i);
 }

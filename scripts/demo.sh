@@ -1,42 +1,48 @@
 #!/usr/bin/env bash
-# `make demo`: runs the part of the zerolm pipeline that exists today on the
-# sample data bundled in tests/data (Megatron-made fixtures, OpenWebText text;
-# provenance in tests/data/megatron/PROVENANCE.md). Outputs go to demo-out/.
+# `make demo`: the OpenWebText recipe on the sample data bundled in tests/data:
+#   * 1000 real OpenWebText documents (tests/data/megatron/openwebtext-1000.decoded.jsonl,
+#     provenance in tests/data/megatron/PROVENANCE.md) with ids added, plus 50
+#     near-duplicates made here by small edits, so the dedup stages have work to do;
+#   * a URL list of real-world shapes and edge cases for blacklist_urls
+#     (tests/data/urls/urls.txt);
+#   * the GPT-2 vocab/merges (tests/data/gpt2).
+# It runs scripts/pipeline.sh (blacklist_urls -> find_duplicates -> group_dups ->
+# dedup -> shuffle -> preprocess_data; cleanup is skipped until that tool exists),
+# checks preprocess_data against Megatron's own output on the fixture, and shows
+# the resulting dataset. Outputs in demo-out/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-BIN=build/bin
-OUT=demo-out
-rm -rf "$OUT" && mkdir -p "$OUT/shards"
+BIN=build/bin OUT=demo-out DATA=tests/data
+rm -rf "$OUT" && mkdir -p "$OUT"
 say() { printf '\n==> %s\n' "$*" >&2; }
 t0=$(date +%s.%N)
 
-if [[ -x $BIN/preprocess_data ]]; then
-  say "preprocess_data: GPT-2 BPE tokenization of 1000 OpenWebText documents (tiny vocab), 2 workers"
-  $BIN/preprocess_data --input tests/data/megatron/openwebtext-1000.decoded.jsonl --json-keys text \
-    --tokenizer-type GPT2BPETokenizer --vocab-file tests/data/megatron/gpt2-tiny-vocab.json \
-    --merge-file tests/data/megatron/gpt2-tiny-merges.txt --append-eod --workers 2 \
-    --output-prefix "$OUT/owt" --stats-out "$OUT/preprocess_stats.json"
-  if cmp -s "$OUT/owt_text_document.bin" tests/data/megatron/meg-gpt2-openwebtext_text_document.bin &&
-     cmp -s "$OUT/owt_text_document.idx" tests/data/megatron/meg-gpt2-openwebtext_text_document.idx; then
-    echo "byte-identical to Megatron's preprocess_data.py output: yes" >&2
-  else
-    echo "byte-identical to Megatron's preprocess_data.py output: NO" >&2; exit 1
-  fi
-  cp "$OUT/owt_text_document".* "$OUT/shards/"
+say "sample data: 1000 OpenWebText documents + 50 planted near-duplicates"
+awk '{sub(/^\{/, "{\"url\": \"https://owt.example/" NR "\", "); print}' $DATA/megatron/openwebtext-1000.decoded.jsonl > "$OUT/raw.jsonl"
+head -50 $DATA/megatron/openwebtext-1000.decoded.jsonl |
+  awk '{sub(/^\{/, "{\"url\": \"https://mirror.example/" NR "\", "); sub(/ the /, " THE "); sub(/\. /, "! "); print}' >> "$OUT/raw.jsonl"
+wc -l "$OUT/raw.jsonl" >&2
+
+say "pipeline: blacklist_urls -> find_duplicates -> group_dups -> dedup -> shuffle -> preprocess_data"
+scripts/pipeline.sh --raw "$OUT/raw.jsonl" --work "$OUT/work" --urls $DATA/urls/urls.txt \
+  --vocab-file $DATA/gpt2/gpt2-vocab.json --merge-file $DATA/gpt2/gpt2-merges.txt --skip cleanup
+
+say "dataset_info: the GPT-2 dataset the pipeline wrote"
+$BIN/dataset_info "$OUT/work/gpt2_text_document" --vocab-size 50257
+say "dataset_info: the start of document 0, decoded"
+$BIN/dataset_info "$OUT/work/gpt2_text_document" --doc 0 --vocab-file $DATA/gpt2/gpt2-vocab.json \
+  --merge-file $DATA/gpt2/gpt2-merges.txt | head -c 400; echo
+
+say "compatibility: preprocess_data on the fixture text vs Megatron's preprocess_data.py output"
+$BIN/preprocess_data --input $DATA/megatron/openwebtext-1000.decoded.jsonl --tokenizer-type GPT2BPETokenizer \
+  --vocab-file $DATA/megatron/gpt2-tiny-vocab.json --merge-file $DATA/megatron/gpt2-tiny-merges.txt --append-eod \
+  --workers 2 --output-prefix "$OUT/megatron-check" -q
+if cmp -s "$OUT/megatron-check_text_document.bin" $DATA/megatron/meg-gpt2-openwebtext_text_document.bin &&
+   cmp -s "$OUT/megatron-check_text_document.idx" $DATA/megatron/meg-gpt2-openwebtext_text_document.idx; then
+  echo "byte-identical to Megatron's output: yes" >&2
 else
-  cp tests/data/megatron/meg-gpt2-openwebtext_text_document.* "$OUT/shards/"
+  echo "byte-identical to Megatron's output: NO" >&2; exit 1
 fi
 
-say "merge_datasets: merging two Megatron datasets (int32 ag_news inputs + targets)"
-mkdir -p "$OUT/agnews"
-cp tests/data/megatron/ag_news_prompt_*_document.* "$OUT/agnews/"
-$BIN/merge_datasets --input "$OUT/agnews" --output-prefix "$OUT/agnews_merged" --stats-out "$OUT/merge_stats.json"
-
-say "dataset_info: summary and integrity check of the OpenWebText dataset"
-$BIN/dataset_info "$OUT/shards/$(ls "$OUT/shards" | head -1 | sed 's/\.[a-z]*$//')" --vocab-size 5000
-
-say "dataset_info: first 20 token ids of document 0"
-$BIN/dataset_info "$OUT/shards/$(ls "$OUT/shards" | head -1 | sed 's/\.[a-z]*$//')" --doc 0 | cut -d' ' -f1-20
-
 t1=$(date +%s.%N)
-printf '\ndemo finished in %.1f s; outputs in %s/\n' "$(echo "$t1 - $t0" | bc -l)" "$OUT" >&2
+printf '\ndemo finished in %.1f s; outputs in %s/ (stage table: %s/work/summary.txt)\n' "$(echo "$t1 - $t0" | bc -l)" "$OUT" "$OUT" >&2
