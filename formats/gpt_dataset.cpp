@@ -1,0 +1,189 @@
+#include "formats/gpt_dataset.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <string>
+
+#include "common/error.h"
+
+namespace zlm::formats {
+
+std::array<DocRange, 3> split_ranges_legacy(std::string_view split, int64_t size) {
+  char sep = split.find(',') != std::string_view::npos ? ',' : split.find('/') != std::string_view::npos ? '/' : '\0';
+  std::vector<double> parts;
+  size_t start = 0;
+  for (;;) {
+    size_t end = sep ? split.find(sep, start) : std::string_view::npos;
+    std::string piece(split.substr(start, end == std::string_view::npos ? std::string_view::npos : end - start));
+    char* stop = nullptr;
+    double v = std::strtod(piece.c_str(), &stop);
+    while (stop && (*stop == ' ' || *stop == '\t')) ++stop;
+    if (piece.find_first_not_of(" \t") == std::string::npos || !stop || *stop != '\0' || v < 0)
+      throw Error(ErrorKind::Usage, "--split '%.*s': '%s' is not a non-negative number", static_cast<int>(split.size()),
+                  split.data(), piece.c_str());
+    parts.push_back(v);
+    if (end == std::string_view::npos) break;
+    start = end + 1;
+  }
+  while (parts.size() < 3) parts.push_back(0.0);
+  parts.resize(3);
+  double sum = parts[0] + parts[1] + parts[2];
+  if (sum <= 0) throw Error(ErrorKind::Usage, "--split '%.*s' sums to zero", static_cast<int>(split.size()), split.data());
+  int64_t idx[4] = {0, 0, 0, 0};
+  for (int i = 0; i < 3; ++i) {
+    // Python round(): half to even, on the double product.
+    idx[i + 1] = idx[i] + static_cast<int64_t>(std::nearbyint(parts[i] / sum * static_cast<double>(size)));
+  }
+  int64_t diff = idx[3] - size;
+  for (int i = 1; i < 4; ++i) idx[i] -= diff;
+  return {DocRange{idx[0], idx[1]}, DocRange{idx[1], idx[2]}, DocRange{idx[2], idx[3]}};
+}
+
+uint64_t NumpyRandomState::bounded(uint64_t max) {
+  if (max == 0) return 0;
+  uint64_t mask = max;
+  for (int s = 1; s < 64; s <<= 1) mask |= mask >> s;
+  uint64_t v;
+  if (max <= 0xFFFFFFFFULL) {
+    do v = next32() & mask; while (v > max);
+  } else {
+    do {
+      uint64_t hi = next32();
+      v = ((hi << 32) | next32()) & mask;
+    } while (v > max);
+  }
+  return v;
+}
+
+int64_t gpt_num_epochs(int64_t tokens_per_epoch, int64_t seq_length, int64_t num_samples) {
+  if (tokens_per_epoch <= 0) throw Error(ErrorKind::Usage, "the split holds no tokens");
+  int64_t epochs = 1;
+  while (epochs * tokens_per_epoch < num_samples * seq_length + 1) ++epochs;
+  return epochs;
+}
+
+GptIndex build_gpt_index(std::span<const int32_t> sizes, DocRange docs, int64_t num_samples, int64_t seq_length, uint32_t seed) {
+  if (docs.size() <= 0) throw Error(ErrorKind::Usage, "empty split: no documents in [%ld, %ld)", (long)docs.begin, (long)docs.end);
+  if (seq_length <= 0) throw Error(ErrorKind::Usage, "--seq-length must be positive");
+  GptIndex ix;
+  ix.seq_length = seq_length;
+  for (int64_t d = docs.begin; d < docs.end; ++d) ix.tokens_per_epoch += sizes[static_cast<size_t>(d)];
+  const int64_t T = ix.tokens_per_epoch, E = ix.num_epochs = gpt_num_epochs(T, seq_length, num_samples);
+  // separate_last_epoch (§5.5)
+  if (E > 1) {
+    int64_t before_last = ((E - 1) * T - 1) / seq_length;
+    int64_t last = num_samples - before_last;
+    int64_t per_epoch = (T - 1) / seq_length;
+    ix.separate_last_epoch = last < static_cast<int64_t>(0.80 * static_cast<double>(per_epoch));
+  }
+  NumpyRandomState rng(seed);
+  // doc_idx (§5.6)
+  auto epochs_of_docs = [&](int64_t epochs) {
+    std::vector<int32_t> out;
+    out.reserve(static_cast<size_t>(epochs * docs.size()));
+    for (int64_t e = 0; e < epochs; ++e)
+      for (int64_t d = docs.begin; d < docs.end; ++d) out.push_back(static_cast<int32_t>(d));
+    return out;
+  };
+  if (!ix.separate_last_epoch) {
+    ix.doc_idx = epochs_of_docs(E);
+    rng.shuffle(std::span<int32_t>(ix.doc_idx));
+  } else {
+    ix.doc_idx = epochs_of_docs(E - 1);
+    rng.shuffle(std::span<int32_t>(ix.doc_idx));
+    std::vector<int32_t> last = epochs_of_docs(1);
+    rng.shuffle(std::span<int32_t>(last));
+    ix.doc_idx.insert(ix.doc_idx.end(), last.begin(), last.end());
+  }
+  // sample_idx (§5.7)
+  const int64_t S = (E * T - 1) / seq_length;
+  ix.sample_idx.assign(static_cast<size_t>(2 * (S + 1)), 0);
+  int64_t pos = 0, offset = 0;
+  for (int64_t s = 1; s <= S; ++s) {
+    int64_t need = seq_length + 1;
+    while (need != 0) {
+      int64_t doc_len = sizes[static_cast<size_t>(ix.doc_idx[static_cast<size_t>(pos)])] - offset;
+      need -= doc_len;
+      if (need <= 0) {
+        offset += need + doc_len - 1;
+        need = 0;
+      } else {
+        ++pos;
+        offset = 0;
+      }
+    }
+    ix.sample_idx[static_cast<size_t>(2 * s)] = pos;
+    ix.sample_idx[static_cast<size_t>(2 * s + 1)] = offset;
+  }
+  // shuffle_idx (§5.8)
+  int64_t first = ix.separate_last_epoch ? ((E - 1) * T - 1) / seq_length : S;
+  ix.shuffle_idx.resize(static_cast<size_t>(S));
+  for (int64_t i = 0; i < S; ++i) ix.shuffle_idx[static_cast<size_t>(i)] = i;
+  rng.shuffle(std::span<int64_t>(ix.shuffle_idx.data(), static_cast<size_t>(first)));
+  if (first < S) rng.shuffle(std::span<int64_t>(ix.shuffle_idx.data() + first, static_cast<size_t>(S - first)));
+  return ix;
+}
+
+GptIndex build_gpt_index(const MegatronReader& data, DocRange docs, int64_t num_samples, int64_t seq_length, uint32_t seed) {
+  if (docs.begin < 0 || docs.end > static_cast<int64_t>(data.num_sequences()) || docs.begin > docs.end)
+    throw Error(ErrorKind::Usage, "%s: document range [%ld, %ld) outside its %lu sequences", data.prefix().c_str(),
+                (long)docs.begin, (long)docs.end, (unsigned long)data.num_sequences());
+  std::vector<int32_t> sizes(data.num_sequences());
+  for (uint64_t i = 0; i < sizes.size(); ++i) sizes[i] = data.size(i);
+  return build_gpt_index(sizes, docs, num_samples, seq_length, seed);
+}
+
+std::vector<int64_t> gpt_sample(const MegatronReader& data, const GptIndex& ix, int64_t i) {
+  if (i < 0 || i >= ix.num_samples()) throw Error(ErrorKind::Usage, "sample %ld out of range (%ld samples)", (long)i, (long)ix.num_samples());
+  int64_t j = ix.shuffle_idx[static_cast<size_t>(i)];
+  int64_t p0 = ix.sample_idx[static_cast<size_t>(2 * j)], o0 = ix.sample_idx[static_cast<size_t>(2 * j + 1)];
+  int64_t p1 = ix.sample_idx[static_cast<size_t>(2 * j + 2)], o1 = ix.sample_idx[static_cast<size_t>(2 * j + 3)];
+  auto doc = [&](int64_t p) { return static_cast<uint64_t>(ix.doc_idx[static_cast<size_t>(p)]); };
+  if (p0 == p1) return data.sequence_tokens(doc(p0), o0, o1 - o0 + 1);
+  std::vector<int64_t> out = data.sequence_tokens(doc(p0), o0);
+  for (int64_t p = p0 + 1; p < p1; ++p) {
+    auto t = data.sequence_tokens(doc(p));
+    out.insert(out.end(), t.begin(), t.end());
+  }
+  auto t = data.sequence_tokens(doc(p1), 0, o1 + 1);
+  out.insert(out.end(), t.begin(), t.end());
+  return out;
+}
+
+std::vector<double> normalize_blend_weights(std::span<const double> weights) {
+  double sum = 0;
+  for (double w : weights) {
+    if (!(w >= 0)) throw Error(ErrorKind::Usage, "blend weights must be non-negative");
+    sum += w;
+  }
+  if (sum <= 0) throw Error(ErrorKind::Usage, "blend weights sum to zero");
+  std::vector<double> out;
+  for (double w : weights) out.push_back(w / sum);
+  return out;
+}
+
+std::vector<int64_t> blend_targets_legacy(int64_t n, std::span<const double> w) {
+  std::vector<int64_t> out;
+  for (double x : w) out.push_back(static_cast<int64_t>(std::ceil(static_cast<double>(n) * x * 1.005)));
+  return out;
+}
+
+BlendIndex build_blend_index(std::span<const double> w, int64_t size) {
+  if (w.size() > 255) throw Error(ErrorKind::Usage, "at most 255 blended datasets");
+  BlendIndex b;
+  std::vector<int64_t> used(w.size(), 0);
+  for (int64_t s = 0; s < size; ++s) {
+    double x = static_cast<double>(std::max<int64_t>(s, 1));
+    size_t best = 0;
+    double best_err = w[0] * x - static_cast<double>(used[0]);
+    for (size_t k = 1; k < w.size(); ++k) {
+      double err = w[k] * x - static_cast<double>(used[k]);
+      if (err > best_err) best_err = err, best = k;
+    }
+    b.dataset.push_back(static_cast<uint8_t>(best));
+    b.dataset_sample.push_back(used[best]++);
+  }
+  return b;
+}
+
+}  // namespace zlm::formats
