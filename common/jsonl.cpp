@@ -123,4 +123,28 @@ RecordStatus JsonFieldExtractor::extract(std::string_view line, size_t capacity,
   return RecordStatus::Ok;
 }
 
+bool find_string_field_span(std::string_view line, size_t capacity, std::string_view key, size_t* offset, size_t* length) {
+  thread_local simdjson::ondemand::parser parser;
+  simdjson::padded_string_view view(line.data(), line.size(), capacity);
+  simdjson::ondemand::document doc;
+  if (parser.iterate(view).get(doc)) return false;
+  simdjson::ondemand::object obj;
+  if (doc.get_object().get(obj)) return false;
+  bool found = false;
+  for (auto field : obj) {
+    std::string_view k;
+    if (field.unescaped_key().get(k)) return false;
+    simdjson::ondemand::value v;
+    if (field.value().get(v)) return false;
+    if (k != key) continue;
+    std::string_view raw = v.raw_json_token();
+    while (!raw.empty() && (raw.back() == ' ' || raw.back() == '\t' || raw.back() == '\n' || raw.back() == '\r')) raw.remove_suffix(1);
+    if (raw.size() < 2 || raw.front() != '"') return false;
+    *offset = static_cast<size_t>(raw.data() - line.data());
+    *length = raw.size();
+    found = true;
+  }
+  return found;
+}
+
 }  // namespace zlm

@@ -89,4 +89,11 @@ class JsonFieldExtractor {
   std::unique_ptr<Impl> impl_;
 };
 
+// Byte span [*offset, *offset + *length) of the quoted JSON string value of
+// top-level `key` in `line` (the last occurrence, as Python's json.loads keeps
+// the last duplicate). `line` must be valid JSON followed by >= 64 readable
+// bytes (`capacity` counts them). Lets a tool replace one field and keep every
+// other byte of the line. Returns false when the key is absent or not a string.
+bool find_string_field_span(std::string_view line, size_t capacity, std::string_view key, size_t* offset, size_t* length);
+
 }  // namespace zlm

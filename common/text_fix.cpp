@@ -3,6 +3,7 @@
 #include <unicode/normalizer2.h>
 #include <unicode/regex.h>
 #include <unicode/uchar.h>
+#include <unicode/uniset.h>
 #include <unicode/unistr.h>
 
 #include <algorithm>
@@ -72,6 +73,9 @@ struct Tables {
   std::unordered_set<char32_t> controls;
   std::unordered_map<char32_t, U32> invalid_charrefs;
   std::unique_ptr<icu::RegexPattern> badness, utf8_detector;
+  // Non-ASCII characters that occur in the badness pattern (in a class or as a
+  // literal): every match contains one, and no match is longer than 6 characters.
+  std::vector<bool> badness_chars = std::vector<bool>(0x10000, false);
   const icu::Normalizer2* nfc = nullptr;
 };
 
@@ -103,6 +107,36 @@ const Tables& tables() {
     if (U_FAILURE(st)) throw Error(ErrorKind::Internal, "badness regex: %s at offset %d", u_errorName(st), pe.offset);
     t.utf8_detector.reset(icu::RegexPattern::compile(icu::UnicodeString::fromUTF8(kUtf8DetectorPattern), pe, st));
     if (U_FAILURE(st)) throw Error(ErrorKind::Internal, "utf8 detector regex: %s at offset %d", u_errorName(st), pe.offset);
+    {
+      // Collect the pattern's character classes and literals into one set.
+      icu::UnicodeString pat = icu::UnicodeString::fromUTF8(kBadnessPattern);
+      icu::UnicodeSet all;
+      for (int32_t i = 0; i < pat.length();) {
+        UChar32 c = pat.char32At(i);
+        if (c == '\\') {  // an escape outside a class: skip it (\x{..}, \p{..} are ASCII-only here)
+          i += 2;
+          continue;
+        }
+        if (c == '[') {
+          int32_t depth = 0, j = i;
+          for (; j < pat.length(); ++j) {
+            UChar32 d = pat.charAt(j);
+            if (d == '\\') { ++j; continue; }
+            if (d == '[') ++depth;
+            if (d == ']' && --depth == 0) break;
+          }
+          UErrorCode cs = U_ZERO_ERROR;
+          icu::UnicodeSet set(icu::UnicodeString(pat, i, j - i + 1), cs);
+          if (U_FAILURE(cs)) throw Error(ErrorKind::Internal, "badness class at %d: %s", i, u_errorName(cs));
+          all.addAll(set);
+          i = j + 1;
+          continue;
+        }
+        all.add(c);
+        i += U16_LENGTH(c);
+      }
+      for (UChar32 c = 0x80; c < 0x10000; ++c) t.badness_chars[c] = all.contains(c);
+    }
     t.nfc = icu::Normalizer2::getNFCInstance(st);
     if (U_FAILURE(st)) throw Error(ErrorKind::Internal, "NFC: %s", u_errorName(st));
   });
@@ -120,12 +154,45 @@ icu::RegexMatcher& matcher(const icu::RegexPattern& p) {
   return *slot;
 }
 
+// ftfy's is_bad: a search of the badness regex. The regex only runs in small
+// windows around the characters that can take part in a match (transparent
+// bounds keep the lookarounds and \b exact; anchoring bounds are off so ^ still
+// means the start of the text), which skips clean text quickly.
 bool is_bad(const U32& text) {
-  icu::RegexMatcher& m = matcher(*tables().badness);
+  const Tables& t = tables();
+  icu::RegexMatcher& m = matcher(*t.badness);
   icu::UnicodeString u = to_icu(text);
   m.reset(u);
-  UErrorCode st = U_ZERO_ERROR;
-  return m.find(0, st);
+  m.useTransparentBounds(true);
+  m.useAnchoringBounds(false);
+  const int32_t n = u.length();
+  int32_t covered = 0;  // windows already searched end here
+  // Only C1 controls, U+00C2, U+00C3, U+0152 and U+0153 take part in a match
+  // alone; every other branch of the pattern needs a second non-ASCII
+  // character within the (<= 6 character) match.
+  auto lone_trigger = [](UChar c) { return (c >= 0x80 && c <= 0x9F) || c == 0xC2 || c == 0xC3 || c == 0x152 || c == 0x153; };
+  int32_t prev_non_ascii = -100;
+  std::vector<int32_t> non_ascii;
+  for (int32_t i = 0; i < n; ++i)
+    if (u.charAt(i) >= 0x80) non_ascii.push_back(i);
+  size_t k = 0;
+  for (int32_t i = 0; i < n; ++i) {
+    UChar c = u.charAt(i);
+    if (c < 0x80) continue;
+    int32_t next_non_ascii = k + 1 < non_ascii.size() ? non_ascii[k + 1] : INT32_MAX;
+    bool near_other = i - prev_non_ascii <= 5 || next_non_ascii - i <= 5;
+    prev_non_ascii = i;
+    ++k;
+    if (U16_IS_SURROGATE(c) || !t.badness_chars[c]) continue;
+    if (!lone_trigger(c) && !near_other) continue;
+    int32_t start = std::max(covered, std::max(0, i - 6)), limit = std::min(n, i + 7);
+    if (start >= limit) continue;
+    UErrorCode st = U_ZERO_ERROR;
+    m.region(start, limit, st);
+    if (m.find(st)) return true;
+    covered = std::max(covered, i + 1);
+  }
+  return false;
 }
 
 bool all_ascii(const U32& s) {
@@ -454,6 +521,9 @@ U32 remove_terminal_escapes(const U32& text) {
 }
 
 U32 translate(const U32& text, const std::unordered_map<char32_t, U32>& map) {
+  bool any = false;  // ligatures and width forms live above U+0131
+  for (char32_t c : text) any |= c >= 0x132 && map.count(c);
+  if (!any) return text;
   U32 out;
   out.reserve(text.size());
   for (char32_t c : text) {
@@ -506,9 +576,17 @@ U32 fix_segment(const U32& segment, bool unescape) {
     if (unescape) text = unescape_html(text);
     text = fix_encoding(text);
     text = other_fixers(text);
-    UErrorCode st = U_ZERO_ERROR;
-    icu::UnicodeString u = to_icu(text);
-    if (!t.nfc->isNormalized(u, st)) text = from_icu(t.nfc->normalize(u, st));
+    bool inert = true;  // NFC cannot change a text of normalization-inert characters
+    for (char32_t c : text)
+      if (c >= 0x300 && !t.nfc->isInert(static_cast<UChar32>(c))) {
+        inert = false;
+        break;
+      }
+    if (!inert) {
+      UErrorCode st = U_ZERO_ERROR;
+      icu::UnicodeString u = to_icu(text);
+      if (!t.nfc->isNormalized(u, st)) text = from_icu(t.nfc->normalize(u, st));
+    }
     if (text == orig) return text;
   }
 }
@@ -517,22 +595,43 @@ U32 fix_segment(const U32& segment, bool unescape) {
 
 bool text_is_bad(std::string_view text) { return is_bad(to_u32(text)); }
 
+// A line that no step can change: ASCII without '&' (while entities are
+// unescaped), '\r' or a control character ftfy removes.
+bool trivially_clean(std::string_view line, bool unescape) {
+  for (char ch : line) {
+    auto c = static_cast<unsigned char>(ch);
+    if (c >= 0x80 || c == '\r' || (c == '&' && unescape)) return false;
+    if (c < 0x20 && c != '\t' && c != '\n' && c != '\f') return false;
+    if (c == 0x7F) return false;
+  }
+  return true;
+}
+
 std::string fix_text(std::string_view utf8) {
-  U32 text = to_u32(utf8);
-  U32 out;
+  std::string out;
+  out.reserve(utf8.size());
   bool unescape = true;  // ftfy's "auto": off from the first segment that contains '<' on
-  size_t pos = 0;
   const size_t kMaxSegment = 1000000;
-  while (pos < text.size()) {
-    size_t nl = text.find(U'\n', pos);
-    size_t end = nl == U32::npos ? text.size() : nl + 1;
-    if (end - pos > kMaxSegment) end = pos + kMaxSegment;
-    U32 segment = text.substr(pos, end - pos);
-    if (unescape && segment.find(U'<') != U32::npos) unescape = false;
-    out += fix_segment(segment, unescape);
+  size_t pos = 0;
+  while (pos < utf8.size()) {
+    size_t nl = utf8.find('\n', pos);
+    size_t end = nl == std::string_view::npos ? utf8.size() : nl + 1;
+    std::string_view line = utf8.substr(pos, end - pos);
+    if (unescape && line.find('<') != std::string_view::npos) unescape = false;
+    if (trivially_clean(line, unescape)) {
+      out.append(line);
+      pos = end;
+      continue;
+    }
+    // ftfy segments are lines of at most 1M code points.
+    U32 text = to_u32(line);
+    for (size_t p = 0; p < text.size(); p += kMaxSegment) {
+      U32 segment = text.substr(p, kMaxSegment);
+      out += to_utf8(fix_segment(segment, unescape));
+    }
     pos = end;
   }
-  return to_utf8(out);
+  return out;
 }
 
 }  // namespace zlm

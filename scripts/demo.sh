@@ -6,8 +6,8 @@
 #   * a URL list of real-world shapes and edge cases for blacklist_urls
 #     (tests/data/urls/urls.txt);
 #   * the GPT-2 vocab/merges (tests/data/gpt2).
-# It runs scripts/pipeline.sh (blacklist_urls -> find_duplicates -> group_dups ->
-# dedup -> shuffle -> preprocess_data; cleanup is skipped until that tool exists),
+# It runs scripts/pipeline.sh (blacklist_urls -> cleanup -> find_duplicates ->
+# group_dups -> dedup -> shuffle -> preprocess_data),
 # checks preprocess_data against Megatron's own output on the fixture, and shows
 # the resulting dataset. Outputs in demo-out/.
 set -euo pipefail
@@ -17,21 +17,29 @@ rm -rf "$OUT" && mkdir -p "$OUT"
 say() { printf '\n==> %s\n' "$*" >&2; }
 t0=$(date +%s.%N)
 
-say "sample data: 1000 OpenWebText documents + 50 planted near-duplicates"
+say "sample data: 1000 OpenWebText documents + 50 planted near-duplicates + 3 non-English + 2 mojibake"
 awk '{sub(/^\{/, "{\"url\": \"https://owt.example/" NR "\", "); print}' $DATA/megatron/openwebtext-1000.decoded.jsonl > "$OUT/raw.jsonl"
 head -50 $DATA/megatron/openwebtext-1000.decoded.jsonl |
   awk '{sub(/^\{/, "{\"url\": \"https://mirror.example/" NR "\", "); sub(/ the /, " THE "); sub(/\. /, "! "); print}' >> "$OUT/raw.jsonl"
+cat >> "$OUT/raw.jsonl" <<'JSONL'
+{"url": "https://fr.example/1", "text": "Le conseil municipal s'est réuni mardi pour discuter du nouveau budget de l'année prochaine, qui comprend des fonds pour les écoles, les routes et les transports publics. Plusieurs habitants ont pris la parole pendant la séance publique, et le maire a promis de publier un rapport détaillé le mois prochain."}
+{"url": "https://de.example/1", "text": "Der Stadtrat traf sich am Dienstag, um den neuen Haushalt für das kommende Jahr zu besprechen, der Mittel für Schulen, Straßen und den öffentlichen Nahverkehr vorsieht. Mehrere Bürger meldeten sich in der öffentlichen Fragestunde zu Wort."}
+{"url": "https://es.example/1", "text": "El ayuntamiento se reunió el martes para debatir el nuevo presupuesto del próximo año, que incluye fondos para escuelas, carreteras y transporte público. Varios vecinos intervinieron durante el turno de preguntas."}
+JSONL
+head -2 $DATA/megatron/openwebtext-1000.decoded.jsonl | tail -1 |
+  awk '{sub(/^\{/, "{\"url\": \"https://mojibake.example/1\", "); gsub(/’/, "â€™"); gsub(/—/, "â€”"); print}' >> "$OUT/raw.jsonl"
 wc -l "$OUT/raw.jsonl" >&2
 
-say "pipeline: blacklist_urls -> find_duplicates -> group_dups -> dedup -> shuffle -> preprocess_data"
+say "pipeline: blacklist_urls -> cleanup -> find_duplicates -> group_dups -> dedup -> shuffle -> preprocess_data"
 scripts/pipeline.sh --raw "$OUT/raw.jsonl" --work "$OUT/work" --urls $DATA/urls/urls.txt \
-  --vocab-file $DATA/gpt2/gpt2-vocab.json --merge-file $DATA/gpt2/gpt2-merges.txt --skip cleanup
+  --vocab-file $DATA/gpt2/gpt2-vocab.json --merge-file $DATA/gpt2/gpt2-merges.txt
 
 say "dataset_info: the GPT-2 dataset the pipeline wrote"
 $BIN/dataset_info "$OUT/work/gpt2_text_document" --vocab-size 50257
 say "dataset_info: the start of document 0, decoded"
 $BIN/dataset_info "$OUT/work/gpt2_text_document" --doc 0 --vocab-file $DATA/gpt2/gpt2-vocab.json \
-  --merge-file $DATA/gpt2/gpt2-merges.txt | head -c 400; echo
+  --merge-file $DATA/gpt2/gpt2-merges.txt > "$OUT/doc0.txt"
+head -c 400 "$OUT/doc0.txt"; echo
 
 say "compatibility: preprocess_data on the fixture text vs Megatron's preprocess_data.py output"
 $BIN/preprocess_data --input $DATA/megatron/openwebtext-1000.decoded.jsonl --tokenizer-type GPT2BPETokenizer \

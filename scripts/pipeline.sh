@@ -14,7 +14,7 @@
 # output is a finished one): an interrupted run resumes where it stopped. A
 # summary table (documents in/out and seconds per stage) ends the run and is
 # saved as DIR/summary.txt. --skip cleanup passes the raw documents on unchanged
-# (needed while zerolm has no cleanup tool; also for data cleaned elsewhere).
+# (for data cleaned elsewhere).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BIN=${BIN:-$ROOT/build/bin}
@@ -82,8 +82,8 @@ if [[ -n ${SKIP[cleanup]:-} ]]; then
   CLEANED=$RAW
   stage cleanup "$RAW" "$RAW" true
 else
-  [[ -x $BIN/cleanup ]] || { echo "pipeline.sh: $BIN/cleanup is not built; pass --skip cleanup to use the raw documents as they are" >&2; exit 2; }
-  stage cleanup "$RAW" "$CLEANED" "$BIN/cleanup" "$RAW" "$CLEANED" --workers "$THREADS" --rejected-out "$WORK/cleanup.rejected.jsonl"
+  stage cleanup "$RAW" "$CLEANED" "$BIN/cleanup" "$RAW" "$CLEANED" --workers "$THREADS" \
+    --vocab-file "$VOCAB" --merge-file "$MERGES" --rejected-out "$WORK/cleanup.rejected.jsonl"
 fi
 stage find_duplicates "$CLEANED" "$WORK/duplicates.jsonl" \
   "$BIN/find_duplicates" --inputs "$CLEANED" "$KEY" --output "$WORK/duplicates.jsonl" --threads "$THREADS"

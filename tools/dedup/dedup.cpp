@@ -6,6 +6,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "common/bad_records.h"
 #include "common/error.h"
 #include "common/jsonl.h"
 #include "common/jsonl_writer.h"
@@ -97,7 +98,8 @@ void run(const DedupOptions& opt, const CommonFlags& common, Stats& stats) {
   std::vector<std::string> values;
   std::string detail;
   LineBatch batch;
-  uint64_t written = 0, removed = 0, removed_chars = 0, bad = 0, in = 0;
+  uint64_t written = 0, removed = 0, removed_chars = 0, in = 0;
+  BadRecords bad(opt.max_bad_records);
   Progress progress({.label = "docs", .total_bytes = reader.total_file_bytes(), .interval_sec = common.progress_sec,
                      .enabled = !common.no_progress && !common.quiet});
   while (reader.next_batch(batch)) {
@@ -107,11 +109,7 @@ void run(const DedupOptions& opt, const CommonFlags& common, Stats& stats) {
       ++in;
       RecordStatus st = extractor.extract(line, batch.capacity_after(ref), keys, values, &detail);
       if (st != RecordStatus::Ok) {
-        ++bad;
-        if (bad <= 20) ZLM_LOG_WRN("%s:%lu: [SKIPPING] %s: %s", opt.input.c_str(), (unsigned long)ref.line_number, record_status_name(st), detail.c_str());
-        if (opt.max_bad_records >= 0 && bad > static_cast<uint64_t>(opt.max_bad_records))
-          throw Error(ErrorKind::Format, "%s:%lu: more than --max-bad-records %ld bad lines", opt.input.c_str(),
-                      (unsigned long)ref.line_number, (long)opt.max_bad_records);
+        bad.add(opt.input + ":" + std::to_string(ref.line_number), std::string("[SKIPPING] ") + record_status_name(st) + ": " + detail);
         if (removed_out) removed_out->write_raw_line(line);
         continue;
       }
@@ -147,7 +145,7 @@ void run(const DedupOptions& opt, const CommonFlags& common, Stats& stats) {
   stats.set("docs_written", written);
   stats.set("docs_removed", removed);
   stats.set("chars_removed", removed_chars);
-  stats.set("docs_bad", bad);
+  stats.set("docs_bad", bad.count());
   stats.set("elapsed_sec", log_elapsed_sec() - t0);
 }
 

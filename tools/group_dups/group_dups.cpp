@@ -5,6 +5,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "common/bad_records.h"
 #include "common/error.h"
 #include "common/jsonl_writer.h"
 #include "common/json_escape.h"
@@ -30,7 +31,8 @@ void run(const GroupOptions& opt, const CommonFlags& common, Stats& stats) {
   LineReader reader(opt.input);
   simdjson::dom::parser parser;
   std::string_view line;
-  uint64_t lines = 0, bad = 0, links = 0;
+  uint64_t lines = 0, links = 0;
+  BadRecords bad(opt.max_bad_records);
   std::vector<uint32_t> members;
   while (reader.next(line)) {
     ++lines;
@@ -68,13 +70,7 @@ void run(const GroupOptions& opt, const CommonFlags& common, Stats& stats) {
     } else {
       why = std::string("malformed JSON: ") + simdjson::error_message(err);
     }
-    if (!why.empty()) {
-      ++bad;
-      if (bad <= 20) ZLM_LOG_WRN("%s:%lu: skipped bad line: %s", opt.input.c_str(), (unsigned long)lines, why.c_str());
-      if (opt.max_bad_records >= 0 && bad > static_cast<uint64_t>(opt.max_bad_records))
-        throw Error(ErrorKind::Format, "%s:%lu: more than --max-bad-records %ld bad lines", opt.input.c_str(), (unsigned long)lines,
-                    (long)opt.max_bad_records);
-    }
+    if (!why.empty()) bad.add(opt.input + ":" + std::to_string(lines), why);
     if (lines % 100000 == 0 && !common.quiet)
       ZLM_LOG_INF(" > processed %lu lines in %.2f seconds ...", (unsigned long)lines, log_elapsed_sec() - t0);
   }
@@ -107,7 +103,7 @@ void run(const GroupOptions& opt, const CommonFlags& common, Stats& stats) {
   ZLM_LOG_INF("out of %lu urls, only %lu are unique and %lu should be removed", (unsigned long)(removed + kept_groups),
               (unsigned long)kept_groups, (unsigned long)removed);
   stats.set("lines_in", lines);
-  stats.set("lines_bad", bad);
+  stats.set("lines_bad", bad.count());
   stats.set("ids_seen", static_cast<uint64_t>(n));
   stats.set("links_used", links);
   stats.set("groups_out", kept_groups);

@@ -1,0 +1,35 @@
+"""Python baseline for bench_cleanup.sh, doing what Megatron's
+cleanup_dataset.py does per document: ftfy.fix_text, langdetect (seeded),
+and, under 1024 characters, a GPT-2 token count (tiktoken, the fastest Python
+option). One process. Prints "seconds docs kept".
+  baseline_cleanup.py INPUT.jsonl VOCAB MERGES"""
+import json
+import os
+import sys
+import time
+
+import ftfy
+from langdetect import DetectorFactory, detect
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "reference"))
+from make_tokenizer_goldens import load  # noqa: E402
+
+DetectorFactory.seed = 0
+tk, _ = load(sys.argv[2], sys.argv[3])
+t0 = time.perf_counter()
+docs = kept = 0
+for line in open(sys.argv[1], encoding="utf-8"):
+    docs += 1
+    try:
+        doc = json.loads(line)
+        text = ftfy.fix_text(doc["text"])
+        doc["text"] = text
+        if detect(text) != "en":
+            continue
+        if len(text) < 1024 and len(tk.encode_ordinary(text)) + 1 < 128:
+            continue
+        json.dumps(doc, ensure_ascii=False)
+        kept += 1
+    except Exception:
+        continue
+print(f"{time.perf_counter() - t0:.3f} {docs} {kept}")

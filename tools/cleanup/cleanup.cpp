@@ -1,0 +1,334 @@
+#include "tools/cleanup/cleanup.h"
+
+#include <tbb/enumerable_thread_specific.h>
+#include <unicode/regex.h>
+#include <unicode/unistr.h>
+
+#include <filesystem>
+#include <memory>
+
+#include "common/bad_records.h"
+#include "common/error.h"
+#include "common/input_files.h"
+#include "common/json_escape.h"
+#include "common/jsonl.h"
+#include "common/jsonl_writer.h"
+#include "common/lang_id.h"
+#include "common/log.h"
+#include "common/pipeline.h"
+#include "common/progress.h"
+#include "common/text_fix.h"
+#include "common/tokenizer.h"
+
+namespace zlm::cleanup {
+
+namespace {
+
+enum Outcome : uint8_t { kKept, kNonEnglish, kSmall, kBad, kFiltered };
+enum Task { kRemove512, kRemove256Js, kRemove512NonEnglish, kFtfy, kGeneralCleaning, kNumTasks };
+const char* kTaskNames[kNumTasks] = {"remove_512", "remove_256_javascript", "remove_512_non_english", "ftfy_fix_text",
+                                     "general_cleaning"};
+
+struct Doc {
+  Outcome outcome = kKept;
+  bool text_changed = false;
+  int task = -1;             // tasks mode: the task that fired
+  uint64_t chars = 0;        // of the (fixed) text
+  std::string line;          // what to write (kept: the output line)
+  std::string reason;        // rejected: reason and detail
+  uint64_t line_number = 0;
+  uint32_t file_index = 0;
+};
+
+struct Result {
+  std::vector<Doc> docs;
+  uint64_t bytes = 0;
+};
+
+struct WorkerState {
+  JsonFieldExtractor extractor;
+  std::unique_ptr<TokenizerSession> tokenizer;
+  std::unique_ptr<icu::RegexMatcher> cleaning;
+  std::vector<std::string> values;
+  std::vector<int32_t> ids;
+  std::string detail;
+};
+
+uint64_t code_points(std::string_view s) {
+  uint64_t n = 0;
+  for (char c : s) n += (static_cast<unsigned char>(c) & 0xC0) != 0x80;
+  return n;
+}
+
+// The line with the text value replaced (every other byte kept).
+std::string replace_text(std::string_view line, size_t capacity, const std::string& key, const std::string& text) {
+  size_t off = 0, len = 0;
+  if (!find_string_field_span(line, capacity, key, &off, &len))
+    throw Error(ErrorKind::Internal, "text field vanished from a parsed line");
+  std::string out(line.substr(0, off));
+  append_json_string(out, text);
+  out.append(line.substr(off + len));
+  return out;
+}
+
+bool contains_javascript(const std::string& text) {
+  icu::UnicodeString u = icu::UnicodeString::fromUTF8(text);
+  u.toLower();  // Python's str.lower(): full Unicode lower-casing
+  return u.indexOf(icu::UnicodeString("javascript")) >= 0;
+}
+
+class Worker {
+ public:
+  Worker(const CleanupOptions& opt, const Tokenizer* tok, const bool* tasks) : opt_(opt), tok_(tok), tasks_(tasks) {}
+
+  void process(const LineBatch& b, Result& r) {
+    auto& slot = states_.local();
+    if (!slot) {
+      slot = std::make_unique<WorkerState>();
+      if (tok_) slot->tokenizer = tok_->session();
+      UErrorCode st = U_ZERO_ERROR;
+      slot->cleaning.reset(new icu::RegexMatcher(icu::UnicodeString::fromUTF8("  +|\\b\\n+ |\\b\\n+"), 0, st));
+    }
+    WorkerState& s = *slot;
+    r.bytes = b.bytes;
+    r.docs.resize(b.lines.size());
+    std::vector<std::string> keys{opt_.text_key};
+    for (size_t i = 0; i < b.lines.size(); ++i) {
+      const LineRef& ref = b.lines[i];
+      Doc& d = r.docs[i];
+      d = Doc();
+      d.line_number = ref.line_number;
+      d.file_index = ref.file_index;
+      std::string_view line = b.line(ref);
+      RecordStatus st = s.extractor.extract(line, b.capacity_after(ref), keys, s.values, &s.detail);
+      if (st != RecordStatus::Ok) {
+        d.outcome = kBad;
+        d.reason = std::string(record_status_name(st)) + ": " + s.detail;
+        d.line.assign(line);
+        continue;
+      }
+      if (tasks_) apply_tasks(s, line, b.capacity_after(ref), d);
+      else clean(s, line, b.capacity_after(ref), d);
+    }
+  }
+
+ private:
+  void clean(WorkerState& s, std::string_view line, size_t capacity, Doc& d) {
+    const std::string& text = s.values[0];
+    std::string fixed = fix_text(text);
+    d.text_changed = fixed != text;
+    d.chars = code_points(fixed);
+    LangGuess g = detect_language(fixed, opt_.lang_id_bytes);
+    if (g.code != opt_.lang || g.percent < opt_.min_lang_percent) {
+      d.outcome = kNonEnglish;
+      d.reason = "non_english: " + g.code + " " + std::to_string(g.percent) + "%";
+      d.line.assign(line);
+      return;
+    }
+    if (d.chars < static_cast<uint64_t>(opt_.max_chars_for_token_check)) {
+      s.ids.clear();
+      s.tokenizer->encode(fixed, s.ids, &s.detail);
+      size_t tokens = s.ids.size() + 1;  // + EOD, as Megatron's tokenize_document
+      if (tokens < static_cast<size_t>(opt_.min_tokens)) {
+        d.outcome = kSmall;
+        d.reason = "small: " + std::to_string(tokens) + " tokens";
+        d.line.assign(line);
+        return;
+      }
+    }
+    d.line = d.text_changed ? replace_text(line, capacity, opt_.text_key, fixed) : std::string(line);
+  }
+
+  void apply_tasks(WorkerState& s, std::string_view line, size_t capacity, Doc& d) {
+    std::string text = s.values[0];
+    uint64_t chars = code_points(text);
+    d.chars = chars;
+    auto filtered = [&](int task) {
+      d.outcome = kFiltered;
+      d.task = task;
+      d.line.assign(line);
+    };
+    if (tasks_[kRemove512] && chars < 512) return filtered(kRemove512);
+    if (tasks_[kRemove256Js] && chars < 256 && contains_javascript(text)) return filtered(kRemove256Js);
+    if (tasks_[kRemove512NonEnglish] && chars < 512 && detect_language(text, opt_.lang_id_bytes).code != opt_.lang) return filtered(kRemove512NonEnglish);
+    std::string out = text;
+    if (tasks_[kFtfy]) {
+      d.task = kFtfy;
+      out = fix_text(text);
+    } else if (tasks_[kGeneralCleaning]) {
+      d.task = kGeneralCleaning;
+      icu::UnicodeString u = icu::UnicodeString::fromUTF8(text);
+      s.cleaning->reset(u);
+      UErrorCode st = U_ZERO_ERROR;
+      icu::UnicodeString replaced = s.cleaning->replaceAll(icu::UnicodeString(" "), st);
+      out.clear();
+      replaced.toUTF8String(out);
+    }
+    d.text_changed = out != text;
+    d.line = d.text_changed ? replace_text(line, capacity, opt_.text_key, out) : std::string(line);
+  }
+
+  const CleanupOptions& opt_;
+  const Tokenizer* tok_;
+  const bool* tasks_;
+  tbb::enumerable_thread_specific<std::unique_ptr<WorkerState>> states_;
+};
+
+// Runs the worker over every batch of `reader` in parallel and hands each
+// document, in input order, to on_doc; on_batch(result) after each batch.
+template <typename OnDoc, typename OnBatch>
+void for_each_doc(JsonlBatchReader& reader, Worker& worker, int workers, OnDoc&& on_doc, OnBatch&& on_batch) {
+  run_ordered_pipeline<LineBatch, Result>(
+      workers, static_cast<size_t>(workers) * 2 + 2, [&](LineBatch& b) { return reader.next_batch(b); },
+      [&](LineBatch& b, Result& r) { worker.process(b, r); },
+      [&](Result& r) {
+        for (const Doc& d : r.docs) on_doc(d);
+        on_batch(r);
+      });
+}
+
+void write_rejected(JsonlWriter* w, const Doc& d) {
+  if (!w) return;
+  w->begin_object();
+  w->field("reason", d.reason);
+  w->field("line", static_cast<int64_t>(d.line_number));
+  // The original line as JSON when it is JSON, else as a string.
+  if (d.outcome == kBad) w->field("doc", d.line);
+  else w->field_raw("doc", d.line);
+  w->end_object();
+}
+
+void run_default(const CleanupOptions& opt, const CommonFlags& common, Stats& stats) {
+  if (opt.vocab_file.empty() || opt.merge_file.empty())
+    throw Error(ErrorKind::Usage, "cleanup counts GPT-2 tokens: give --vocab-file and --merge-file");
+  auto tok = make_tokenizer({.type = "GPT2BPETokenizer", .vocab_file = opt.vocab_file, .merge_file = opt.merge_file});
+  ZLM_LOG_INF("will be reading %s", opt.input.c_str());
+  ZLM_LOG_INF("and will write the results to %s", opt.output.c_str());
+  JsonlBatchReader reader(expand_inputs(opt.input));
+  JsonlWriter out(opt.output);
+  std::unique_ptr<JsonlWriter> rejected;
+  if (!opt.rejected_out.empty()) rejected = std::make_unique<JsonlWriter>(opt.rejected_out);
+  Worker worker(opt, tok.get(), nullptr);
+  uint64_t docs = 0, fixed = 0, non_english = 0, non_english_chars = 0, small = 0, small_chars = 0, written = 0;
+  BadRecords bad(opt.max_bad_records);
+  double t0 = log_elapsed_sec(), next_log = t0 + common.progress_sec;
+  Progress progress({.label = "docs", .total_bytes = reader.total_file_bytes(), .interval_sec = common.progress_sec,
+                     .enabled = !common.no_progress && !common.quiet});
+  auto status = [&](const char* tag) {
+    ZLM_LOG_INF("[%s] | elapsed time: %.2f | documents: %lu | fixed text: %lu | non-english: %lu | non-english chars: %lu | "
+                "small docs: %lu | small docs chars: %lu",
+                tag, log_elapsed_sec() - t0, (unsigned long)docs, (unsigned long)fixed, (unsigned long)non_english,
+                (unsigned long)non_english_chars, (unsigned long)small, (unsigned long)small_chars);
+  };
+  for_each_doc(
+      reader, worker, opt.workers,
+      [&](const Doc& d) {
+        ++docs;
+        if (d.outcome == kBad) {
+          bad.add(reader.file_name(d.file_index) + ":" + std::to_string(d.line_number), d.reason);
+          write_rejected(rejected.get(), d);
+          return;
+        }
+        fixed += d.text_changed;
+        if (d.outcome == kNonEnglish) {
+          ++non_english;
+          non_english_chars += d.chars;
+          write_rejected(rejected.get(), d);
+        } else if (d.outcome == kSmall) {
+          ++small;
+          small_chars += d.chars;
+          write_rejected(rejected.get(), d);
+        } else {
+          out.write_raw_line(d.line);
+          ++written;
+        }
+      },
+      [&](const Result& r) {
+        progress.add(r.docs.size(), r.bytes);
+        progress.set_kept(written);
+        progress.maybe_report();
+        if (!common.quiet && !common.no_progress && log_elapsed_sec() >= next_log) {
+          status("PROGRESS");
+          next_log = log_elapsed_sec() + common.progress_sec;
+        }
+      });
+  progress.finish();
+  status("FINAL");
+  out.commit();
+  if (rejected) rejected->commit();
+  stats.set("docs_in", docs);
+  stats.set("docs_written", written);
+  stats.set("docs_fixed_text", fixed);
+  stats.set("docs_non_english", non_english);
+  stats.set("chars_non_english", non_english_chars);
+  stats.set("docs_small", small);
+  stats.set("chars_small", small_chars);
+  stats.set("docs_bad", bad.count());
+  double el = log_elapsed_sec() - t0;
+  stats.set("elapsed_sec", el);
+  stats.set("docs_per_sec", el > 0 ? static_cast<double>(docs) / el : 0.0);
+}
+
+void run_tasks(const CleanupOptions& opt, const CommonFlags& common, Stats& stats) {
+  bool tasks[kNumTasks] = {false, false, false, false, false};
+  for (const auto& t : opt.tasks) {
+    bool known = false;
+    for (int k = 0; k < kNumTasks; ++k)
+      if (t == kTaskNames[k]) tasks[k] = known = true;
+    if (!known)
+      throw Error(ErrorKind::Usage, "unknown task '%s' (tasks: remove_512 remove_256_javascript remove_512_non_english ftfy_fix_text general_cleaning)",
+                  t.c_str());
+  }
+  if (opt.input_files.empty() || opt.output_path.empty()) throw Error(ErrorKind::Usage, "--tasks needs --input-files and --output-path");
+  std::error_code ec;
+  if (!std::filesystem::is_directory(opt.output_path, ec))
+    throw Error(ErrorKind::Usage, "--output-path '%s' is not a directory", opt.output_path.c_str());
+  Worker worker(opt, nullptr, tasks);
+  uint64_t counts[kNumTasks] = {0, 0, 0, 0, 0}, docs = 0, kept = 0, filtered_n = 0;
+  BadRecords bad(opt.max_bad_records);
+  double t0 = log_elapsed_sec();
+  for (const auto& file : opt.input_files) {
+    std::filesystem::path p(file);
+    std::string stem = p.stem().string(), ext = p.extension().string();
+    std::string base = (std::filesystem::path(opt.output_path) / stem).string();
+    JsonlWriter cleaned(base + "_cleaned" + ext), filtered(base + "_filtered" + ext);
+    JsonlBatchReader reader({file});
+    for_each_doc(
+        reader, worker, opt.workers,
+        [&](const Doc& d) {
+          ++docs;
+          if (d.outcome == kBad) return bad.add(file + ":" + std::to_string(d.line_number), d.reason);
+          if (d.task >= 0) ++counts[d.task];
+          if (d.outcome == kFiltered) {
+            filtered.write_raw_line(d.line);
+            ++filtered_n;
+          } else {
+            cleaned.write_raw_line(d.line);
+            ++kept;
+          }
+        },
+        [](const Result&) {});
+    cleaned.commit();
+    filtered.commit();
+    ZLM_LOG_INF("    processed %9lu documents in %.2f seconds ...", (unsigned long)docs, log_elapsed_sec() - t0);
+  }
+  ZLM_LOG_INF("  >> total docs: %lu remove_512 %lu remove_256_javascript %lu remove_512_non_english %lu ftfy_fix_text %lu general_cleaning %lu",
+              (unsigned long)docs, (unsigned long)counts[0], (unsigned long)counts[1], (unsigned long)counts[2],
+              (unsigned long)counts[3], (unsigned long)counts[4]);
+  stats.set("docs_in", docs);
+  stats.set("docs_cleaned", kept);
+  stats.set("docs_filtered", filtered_n);
+  stats.set("docs_bad", bad.count());
+  for (int k = 0; k < kNumTasks; ++k) stats.set(std::string("task_") + kTaskNames[k], counts[k]);
+  stats.set("elapsed_sec", log_elapsed_sec() - t0);
+}
+
+}  // namespace
+
+void run(const CleanupOptions& opt, const CommonFlags& common, Stats& stats) {
+  if (!opt.tasks.empty()) return run_tasks(opt, common, stats);
+  if (opt.input.empty() || opt.output.empty()) throw Error(ErrorKind::Usage, "give <input.jsonl> <output.jsonl> (or --tasks ...)");
+  run_default(opt, common, stats);
+}
+
+}  // namespace zlm::cleanup
