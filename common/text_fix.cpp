@@ -76,6 +76,11 @@ struct Tables {
   // Non-ASCII characters that occur in the badness pattern (in a class or as a
   // literal): every match contains one, and no match is longer than 6 characters.
   std::vector<bool> badness_chars = std::vector<bool>(0x10000, false);
+  // BMP characters >= 0x80 that no ftfy step changes except uncurl_quotes, and
+  // that cannot take part in a badness match alone (see is_bad): NFC-inert,
+  // not C1, not U+00C2/U+00C3/U+0152/U+0153, no ligature or width mapping, not a
+  // line break, not a removed control character.
+  std::vector<bool> safe = std::vector<bool>(0x10000, false);
   const icu::Normalizer2* nfc = nullptr;
 };
 
@@ -139,6 +144,12 @@ const Tables& tables() {
     }
     t.nfc = icu::Normalizer2::getNFCInstance(st);
     if (U_FAILURE(st)) throw Error(ErrorKind::Internal, "NFC: %s", u_errorName(st));
+    for (UChar32 c = 0xA0; c < 0x10000; ++c) {
+      if (U16_IS_SURROGATE(c) || c == 0xC2 || c == 0xC3 || c == 0x152 || c == 0x153) continue;
+      if (c == 0x2028 || c == 0x2029 || t.controls.count(c) || t.width.count(c) || t.ligatures.count(c)) continue;
+      if (!t.nfc->isInert(c)) continue;
+      t.safe[c] = true;
+    }
   });
   return t;
 }
@@ -607,6 +618,39 @@ bool trivially_clean(std::string_view line, bool unescape) {
   return true;
 }
 
+// Fast path for a line whose non-ASCII characters are all "safe" and at least
+// 6 characters apart (so no badness match is possible): ftfy then only
+// uncurls quotes. Appends the result and returns true, or returns false.
+bool fix_simple_line(std::string_view line, bool unescape, std::string& out) {
+  const Tables& t = tables();
+  const size_t mark = out.size();
+  int64_t last_non_ascii = -100, chars = 0;
+  auto give_up = [&] {
+    out.resize(mark);
+    return false;
+  };
+  for (size_t i = 0; i < line.size(); ++chars) {
+    auto c = static_cast<unsigned char>(line[i]);
+    if (c < 0x80) {
+      if (c == '\r' || (c == '&' && unescape) || c == 0x7F || (c < 0x20 && c != '\t' && c != '\n' && c != '\f')) return give_up();
+      out.push_back(static_cast<char>(c));
+      ++i;
+      continue;
+    }
+    size_t n = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : 2;
+    if (n == 4 || i + n > line.size()) return give_up();  // astral characters: the full path
+    uint32_t cp = n == 2 ? ((c & 0x1Fu) << 6) | (line[i + 1] & 0x3F)
+                         : ((c & 0x0Fu) << 12) | ((line[i + 1] & 0x3Fu) << 6) | (line[i + 2] & 0x3F);
+    if (!t.safe[cp] || chars - last_non_ascii <= 5) return give_up();
+    last_non_ascii = chars;
+    if (cp == 0x2BC || (cp >= 0x2018 && cp <= 0x201B)) out.push_back('\'');
+    else if (cp >= 0x201C && cp <= 0x201F) out.push_back('"');
+    else out.append(line.substr(i, n));
+    i += n;
+  }
+  return true;
+}
+
 std::string fix_text(std::string_view utf8) {
   std::string out;
   out.reserve(utf8.size());
@@ -620,6 +664,10 @@ std::string fix_text(std::string_view utf8) {
     if (unescape && line.find('<') != std::string_view::npos) unescape = false;
     if (trivially_clean(line, unescape)) {
       out.append(line);
+      pos = end;
+      continue;
+    }
+    if (fix_simple_line(line, unescape, out)) {
       pos = end;
       continue;
     }
