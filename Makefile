@@ -11,8 +11,11 @@ all: build
 setup:
 	@scripts/setup.sh
 
+# The trainer (pretrain_gpt) is built when the project's .venv holds torch (LibTorch).
 configure: setup
-	@cmake -S . -B $(BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS) >/dev/null
+	@P=$$(.venv/bin/python -c 'import torch; print(torch.utils.cmake_prefix_path)' 2>/dev/null || true); \
+	cmake -S . -B $(BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=Release \
+	  $${P:+-DZLM_BUILD_TRAINER=ON -DCMAKE_PREFIX_PATH=$$P} $(CMAKE_FLAGS) >/dev/null
 
 build: configure
 	@cmake --build $(BUILD_DIR) -j $(JOBS)

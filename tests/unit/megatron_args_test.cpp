@@ -1,0 +1,83 @@
+#include "trainer/megatron_args.h"
+
+#include <cmath>
+
+#include "common/error.h"
+#include "test_util.h"
+
+namespace zlm::trainer {
+namespace {
+
+TrainArgs parse(std::vector<std::string> words) {
+  std::vector<const char*> argv{"pretrain_gpt"};
+  for (auto& w : words) argv.push_back(w.c_str());
+  return parse_megatron_args(static_cast<int>(argv.size()), argv.data());
+}
+
+// The Megatron tutorial command line (pretrain_gpt.py), unchanged.
+std::vector<std::string> tutorial() {
+  return {"--tensor-model-parallel-size", "1", "--pipeline-model-parallel-size", "1", "--num-layers", "24", "--hidden-size",
+          "1024", "--num-attention-heads", "16", "--micro-batch-size", "4", "--global-batch-size", "8", "--seq-length", "1024",
+          "--max-position-embeddings", "1024", "--train-iters", "5000", "--lr-decay-iters", "320000", "--save", "ckpt",
+          "--load", "ckpt", "--data-path", "data_text_document", "--vocab-file", "gpt2-vocab.json", "--merge-file",
+          "gpt2-merges.txt", "--data-impl", "mmap", "--split", "949,50,1", "--distributed-backend", "nccl", "--lr", "0.00015",
+          "--lr-decay-style", "cosine", "--min-lr", "1.0e-5", "--weight-decay", "1e-2", "--clip-grad", "1.0",
+          "--lr-warmup-fraction", ".01", "--checkpoint-activations", "--log-interval", "10", "--save-interval", "500",
+          "--eval-interval", "100", "--eval-iters", "10", "--fp16"};
+}
+
+TEST(MegatronArgs, TutorialCommandParses) {
+  TrainArgs a = parse(tutorial());
+  EXPECT_EQ(a.num_layers, 24);
+  EXPECT_EQ(a.global_batch_size, 8);
+  EXPECT_TRUE(a.fp16);
+  EXPECT_TRUE(a.checkpoint_activations);
+  EXPECT_EQ(a.data_path.size(), 1u);
+  EXPECT_EQ(a.warmup_iters(), 3200);
+  EXPECT_EQ(a.valid_samples(), (5000 / 100 + 1) * 10 * 8);
+  EXPECT_EQ(a.test_samples(), 80);
+  EXPECT_DOUBLE_EQ(a.min_lr, 1e-5);
+}
+
+TEST(MegatronArgs, BlendedDataPath) {
+  auto w = tutorial();
+  auto it = std::find(w.begin(), w.end(), "data_text_document");
+  *it = "0.3";
+  w.insert(it + 1, {"A", "0.7", "B"});
+  TrainArgs a = parse(w);
+  ASSERT_EQ(a.data_path.size(), 2u);
+  EXPECT_EQ(a.data_path[1].second, "B");
+  EXPECT_DOUBLE_EQ(a.data_path[0].first, 0.3);
+}
+
+TEST(MegatronArgs, ErrorsNameTheFlag) {
+  auto w = tutorial();
+  w.push_back("--no-such-flag");
+  EXPECT_ZLM_ERROR(parse(w), ErrorKind::Usage, "unknown flag '--no-such-flag'");
+  w = tutorial();
+  w.push_back("--sequence-parallel");
+  EXPECT_ZLM_ERROR(parse(w), ErrorKind::Usage, "--sequence-parallel is a Megatron flag that zerolm's pretrain_gpt does not support yet");
+  w = tutorial();
+  w[1] = "2";
+  EXPECT_ZLM_ERROR(parse(w), ErrorKind::Usage, "tensor parallelism is not supported yet");
+  w = tutorial();
+  w[5] = "24x";
+  EXPECT_ZLM_ERROR(parse(w), ErrorKind::Usage, "--num-layers: '24x' is not an integer");
+  w = tutorial();
+  w.pop_back();
+  w.push_back("--lr");
+  EXPECT_ZLM_ERROR(parse(w), ErrorKind::Usage, "--lr needs a value");
+}
+
+TEST(MegatronArgs, LearningRateSchedule) {
+  TrainArgs a = parse(tutorial());
+  EXPECT_DOUBLE_EQ(megatron_lr(a, 0), 0.0);
+  EXPECT_DOUBLE_EQ(megatron_lr(a, 1600), 0.00015 * 0.5);
+  EXPECT_DOUBLE_EQ(megatron_lr(a, 3200), 0.00015);
+  double mid = megatron_lr(a, 3200 + (320000 - 3200) / 2);
+  EXPECT_NEAR(mid, 1e-5 + 0.5 * (0.00015 - 1e-5), 1e-12);
+  EXPECT_DOUBLE_EQ(megatron_lr(a, 400000), 1e-5);
+}
+
+}  // namespace
+}  // namespace zlm::trainer

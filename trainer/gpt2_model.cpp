@@ -1,0 +1,120 @@
+#include "trainer/gpt2_model.h"
+
+#include <cmath>
+
+namespace zlm::trainer {
+
+namespace F = torch::nn::functional;
+
+namespace {
+
+// Activation checkpointing: the block's forward runs without saving
+// activations; backward recomputes it with autograd on and backpropagates.
+struct CheckpointFn : public torch::autograd::Function<CheckpointFn> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, torch::Tensor x, Gpt2BlockImpl* block) {
+    ctx->saved_data["block"] = reinterpret_cast<int64_t>(block);
+    // The dropout masks must be the same when the block is recomputed.
+    auto gen = at::globalContext().defaultGenerator(x.device());
+    {
+      std::lock_guard<std::mutex> lock(gen.mutex());
+      ctx->saved_data["rng"] = gen.get_state();
+    }
+    ctx->save_for_backward({x});
+    torch::NoGradGuard no_grad;
+    return block->forward(x);
+  }
+  static torch::autograd::tensor_list backward(torch::autograd::AutogradContext* ctx, torch::autograd::tensor_list grads) {
+    auto* block = reinterpret_cast<Gpt2BlockImpl*>(ctx->saved_data["block"].toInt());
+    torch::Tensor x = ctx->get_saved_variables()[0].detach().requires_grad_(true);
+    auto gen = at::globalContext().defaultGenerator(x.device());
+    torch::Tensor now;
+    {
+      std::lock_guard<std::mutex> lock(gen.mutex());
+      now = gen.get_state();
+      gen.set_state(ctx->saved_data["rng"].toTensor());
+    }
+    torch::Tensor y;
+    {
+      torch::AutoGradMode enable(true);
+      y = block->forward(x);
+    }
+    {
+      std::lock_guard<std::mutex> lock(gen.mutex());
+      gen.set_state(now);
+    }
+    torch::autograd::backward({y}, {grads[0]});
+    return {x.grad(), torch::Tensor()};
+  }
+};
+
+}  // namespace
+
+Gpt2BlockImpl::Gpt2BlockImpl(const Gpt2Config& c)
+    : heads_(c.heads), hidden_dropout_(c.hidden_dropout), attention_dropout_(c.attention_dropout) {
+  const int64_t C = c.hidden;
+  ln1 = register_module("ln1", torch::nn::LayerNorm(torch::nn::LayerNormOptions({C}).eps(1e-5)));
+  ln2 = register_module("ln2", torch::nn::LayerNorm(torch::nn::LayerNormOptions({C}).eps(1e-5)));
+  attn_qkv = register_module("attn_qkv", torch::nn::Linear(C, 3 * C));
+  attn_proj = register_module("attn_proj", torch::nn::Linear(C, C));
+  mlp_fc = register_module("mlp_fc", torch::nn::Linear(C, 4 * C));
+  mlp_proj = register_module("mlp_proj", torch::nn::Linear(4 * C, C));
+  const double out_std = c.init_std / std::sqrt(2.0 * static_cast<double>(c.num_layers));
+  torch::NoGradGuard no_grad;
+  for (auto* l : {&attn_qkv, &mlp_fc}) {
+    (*l)->weight.normal_(0.0, c.init_std);
+    (*l)->bias.zero_();
+  }
+  for (auto* l : {&attn_proj, &mlp_proj}) {
+    (*l)->weight.normal_(0.0, out_std);
+    (*l)->bias.zero_();
+  }
+}
+
+torch::Tensor Gpt2BlockImpl::forward(const torch::Tensor& x) {
+  const int64_t B = x.size(0), T = x.size(1), C = x.size(2), hs = C / heads_;
+  auto qkv = attn_qkv(ln1(x)).view({B, T, 3, heads_, hs}).permute({2, 0, 3, 1, 4});  // (3, B, nh, T, hs)
+  auto att = at::scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], {}, is_training() ? attention_dropout_ : 0.0,
+                                              /*is_causal=*/true);                                   // (B, nh, T, hs)
+  auto y = att.transpose(1, 2).contiguous().view({B, T, C});
+  auto h = x + F::dropout(attn_proj(y), F::DropoutFuncOptions().p(hidden_dropout_).training(is_training()));
+  auto m = mlp_proj(F::gelu(mlp_fc(ln2(h)), F::GELUFuncOptions().approximate("tanh")));
+  return h + F::dropout(m, F::DropoutFuncOptions().p(hidden_dropout_).training(is_training()));
+}
+
+Gpt2Impl::Gpt2Impl(const Gpt2Config& c) : config_(c) {
+  wte = register_module("wte", torch::nn::Embedding(c.vocab_size, c.hidden));
+  wpe = register_module("wpe", torch::nn::Embedding(c.max_positions, c.hidden));
+  blocks = register_module("blocks", torch::nn::ModuleList());
+  for (int64_t l = 0; l < c.num_layers; ++l) blocks->push_back(Gpt2Block(c));
+  ln_f = register_module("ln_f", torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.hidden}).eps(1e-5)));
+  torch::NoGradGuard no_grad;
+  wte->weight.normal_(0.0, c.init_std);
+  wpe->weight.normal_(0.0, c.init_std);
+}
+
+torch::Tensor Gpt2Impl::forward(const torch::Tensor& idx) {
+  const int64_t T = idx.size(1);
+  auto pos = torch::arange(T, torch::TensorOptions().dtype(torch::kLong).device(idx.device()));
+  auto x = F::dropout(wte(idx) + wpe(pos), F::DropoutFuncOptions().p(config_.hidden_dropout).training(is_training()));
+  for (const auto& m : *blocks) {
+    auto* block = m->as<Gpt2BlockImpl>();
+    if (config_.checkpoint_activations && is_training() && x.requires_grad())
+      x = CheckpointFn::apply(x, block);
+    else
+      x = block->forward(x);
+  }
+  return torch::matmul(ln_f(x), wte->weight.t());  // tied output projection: (B, T, Vp)
+}
+
+torch::Tensor Gpt2Impl::loss(const torch::Tensor& tokens, const torch::Tensor& labels) {
+  auto logits = forward(tokens);
+  return F::cross_entropy(logits.view({-1, logits.size(-1)}).to(torch::kFloat), labels.reshape({-1}));
+}
+
+int64_t Gpt2Impl::num_parameters() const {
+  int64_t n = 0;
+  for (const auto& p : parameters()) n += p.numel();
+  return n;
+}
+
+}  // namespace zlm::trainer

@@ -1,0 +1,219 @@
+#include "trainer/megatron_args.h"
+
+#include <charconv>
+#include <cmath>
+#include <cstdlib>
+#include <functional>
+#include <map>
+#include <set>
+
+#include "common/error.h"
+
+namespace zlm::trainer {
+
+namespace {
+
+int64_t to_int(const std::string& flag, const std::string& v) {
+  int64_t out = 0;
+  auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), out);
+  if (v.empty() || ec != std::errc() || p != v.data() + v.size())
+    throw Error(ErrorKind::Usage, "%s: '%s' is not an integer", flag.c_str(), v.c_str());
+  return out;
+}
+
+double to_double(const std::string& flag, const std::string& v) {
+  char* end = nullptr;
+  double out = std::strtod(v.c_str(), &end);
+  if (v.empty() || !end || *end != '\0' || !std::isfinite(out))
+    throw Error(ErrorKind::Usage, "%s: '%s' is not a number", flag.c_str(), v.c_str());
+  return out;
+}
+
+struct Spec {
+  enum Kind { Flag, Int, Double, String, List } kind;
+  std::function<void(TrainArgs&, const std::vector<std::string>&)> set;
+  const char* help;
+};
+
+std::map<std::string, Spec> specs() {
+  std::map<std::string, Spec> m;
+  auto i64 = [&](const char* name, int64_t TrainArgs::*field, const char* help) {
+    m[name] = {Spec::Int, [=](TrainArgs& a, const std::vector<std::string>& v) { a.*field = to_int(name, v[0]); }, help};
+  };
+  auto dbl = [&](const char* name, double TrainArgs::*field, const char* help) {
+    m[name] = {Spec::Double, [=](TrainArgs& a, const std::vector<std::string>& v) { a.*field = to_double(name, v[0]); }, help};
+  };
+  auto str = [&](const char* name, std::string TrainArgs::*field, const char* help) {
+    m[name] = {Spec::String, [=](TrainArgs& a, const std::vector<std::string>& v) { a.*field = v[0]; }, help};
+  };
+  auto flag = [&](const char* name, bool TrainArgs::*field, const char* help) {
+    m[name] = {Spec::Flag, [=](TrainArgs& a, const std::vector<std::string>&) { a.*field = true; }, help};
+  };
+  i64("--num-layers", &TrainArgs::num_layers, "transformer layers");
+  i64("--hidden-size", &TrainArgs::hidden_size, "hidden size");
+  i64("--num-attention-heads", &TrainArgs::num_attention_heads, "attention heads");
+  i64("--seq-length", &TrainArgs::seq_length, "sequence length");
+  i64("--max-position-embeddings", &TrainArgs::max_position_embeddings, "learned positions (>= --seq-length)");
+  i64("--micro-batch-size", &TrainArgs::micro_batch_size, "samples per forward pass");
+  i64("--global-batch-size", &TrainArgs::global_batch_size, "samples per optimizer step (micro-batches accumulate)");
+  i64("--train-iters", &TrainArgs::train_iters, "optimizer steps");
+  i64("--train-samples", &TrainArgs::train_samples, "samples to train on (instead of --train-iters)");
+  i64("--lr-decay-iters", &TrainArgs::lr_decay_iters, "iterations over which the LR decays");
+  i64("--lr-warmup-iters", &TrainArgs::lr_warmup_iters, "warm-up iterations");
+  i64("--make-vocab-size-divisible-by", &TrainArgs::make_vocab_size_divisible_by, "vocab padding multiple");
+  i64("--log-interval", &TrainArgs::log_interval, "iterations between log lines");
+  i64("--eval-interval", &TrainArgs::eval_interval, "iterations between validations");
+  i64("--eval-iters", &TrainArgs::eval_iters, "batches per validation");
+  i64("--save-interval", &TrainArgs::save_interval, "iterations between checkpoints");
+  i64("--exit-interval", &TrainArgs::exit_interval, "exit after this many iterations (a multiple)");
+  i64("--tensor-model-parallel-size", &TrainArgs::tensor_model_parallel_size, "only 1 is supported");
+  i64("--pipeline-model-parallel-size", &TrainArgs::pipeline_model_parallel_size, "only 1 is supported");
+  dbl("--lr", &TrainArgs::lr, "peak learning rate");
+  dbl("--min-lr", &TrainArgs::min_lr, "final learning rate");
+  dbl("--lr-warmup-fraction", &TrainArgs::lr_warmup_fraction, "warm-up as a fraction of --lr-decay-iters");
+  dbl("--weight-decay", &TrainArgs::weight_decay, "AdamW weight decay (weights only)");
+  dbl("--clip-grad", &TrainArgs::clip_grad, "gradient norm clipping (0: off)");
+  dbl("--adam-beta1", &TrainArgs::adam_beta1, "Adam beta1");
+  dbl("--adam-beta2", &TrainArgs::adam_beta2, "Adam beta2");
+  dbl("--adam-eps", &TrainArgs::adam_eps, "Adam epsilon");
+  dbl("--init-method-std", &TrainArgs::init_method_std, "weight init std");
+  dbl("--hidden-dropout", &TrainArgs::hidden_dropout, "dropout after attention/MLP and embeddings");
+  dbl("--attention-dropout", &TrainArgs::attention_dropout, "dropout on attention weights");
+  str("--lr-decay-style", &TrainArgs::lr_decay_style, "cosine, linear or constant");
+  str("--split", &TrainArgs::split, "train/valid/test split weights, e.g. 949,50,1");
+  str("--vocab-file", &TrainArgs::vocab_file, "GPT-2 vocab.json");
+  str("--merge-file", &TrainArgs::merge_file, "GPT-2 merges.txt");
+  str("--tokenizer-type", &TrainArgs::tokenizer_type, "GPT2BPETokenizer");
+  str("--data-impl", &TrainArgs::data_impl, "mmap");
+  str("--save", &TrainArgs::save, "checkpoint directory to write");
+  str("--load", &TrainArgs::load, "checkpoint directory to resume from");
+  str("--distributed-backend", &TrainArgs::distributed_backend, "nccl or gloo");
+  str("--metrics-out", &TrainArgs::metrics_out, "JSON lines of every logged metric (default: <save>/metrics.jsonl)");
+  str("--device", &TrainArgs::device, "zerolm: auto, cpu or cuda");
+  flag("--fp16", &TrainArgs::fp16, "fp16 with dynamic loss scaling (CUDA)");
+  flag("--bf16", &TrainArgs::bf16, "bf16 (CUDA)");
+  flag("--checkpoint-activations", &TrainArgs::checkpoint_activations, "recompute each layer in backward");
+  m["--seed"] = {Spec::Int, [](TrainArgs& a, const std::vector<std::string>& v) {
+                   int64_t s = to_int("--seed", v[0]);
+                   if (s < 0 || s > UINT32_MAX) throw Error(ErrorKind::Usage, "--seed must be in [0, 2^32)");
+                   a.seed = static_cast<uint32_t>(s);
+                 }, "random seed"};
+  m["--data-path"] = {Spec::List, [](TrainArgs& a, const std::vector<std::string>& v) {
+                        a.data_path.clear();
+                        if (v.size() == 1) {
+                          a.data_path.emplace_back(1.0, v[0]);
+                          return;
+                        }
+                        if (v.size() % 2 != 0)
+                          throw Error(ErrorKind::Usage, "--data-path: give one prefix, or weight prefix pairs (got %zu values)", v.size());
+                        for (size_t i = 0; i < v.size(); i += 2) a.data_path.emplace_back(to_double("--data-path weight", v[i]), v[i + 1]);
+                      }, "PREFIX, or W1 PREFIX1 W2 PREFIX2 ... (blend)"};
+  return m;
+}
+
+// Known Megatron flags that zerolm does not implement yet: a clear error, not a silent skip.
+const std::set<std::string>& unsupported() {
+  static const std::set<std::string> s = {
+      "--num-layers-per-virtual-pipeline-stage", "--sequence-parallel", "--use-distributed-optimizer", "--deepspeed",
+      "--deepspeed_config", "--zero-stage", "--loss-scale", "--initial-loss-scale", "--recompute-granularity",
+      "--recompute-method", "--use-flash-attn", "--position-embedding-type", "--swiglu", "--untie-embeddings-and-output-weights",
+      "--ffn-hidden-size", "--kv-channels", "--group-query-attention", "--num-query-groups", "--tensorboard-dir",
+      "--data-cache-path", "--eod-mask-loss", "--reset-position-ids", "--reset-attention-mask", "--finetune",
+      "--no-load-optim", "--no-load-rng", "--use-checkpoint-args", "--fp32-residual-connection", "--apply-query-key-layer-scaling",
+      "--attention-softmax-in-fp32", "--accumulate-allreduce-grads-in-fp32", "--DDP-impl", "--num-workers",
+      "--lr-warmup-samples", "--lr-decay-samples", "--train-data-path", "--valid-data-path", "--test-data-path"};
+  return s;
+}
+
+}  // namespace
+
+TrainArgs parse_megatron_args(int argc, const char* const* argv, std::string* help) {
+  auto table = specs();
+  TrainArgs a;
+  for (int i = 1; i < argc; ++i) {
+    std::string name = argv[i];
+    std::string inline_value;
+    bool has_inline = false;
+    if (auto eq = name.find('='); eq != std::string::npos && name.rfind("--", 0) == 0) {
+      inline_value = name.substr(eq + 1);
+      name = name.substr(0, eq);
+      has_inline = true;
+    }
+    if (name == "--help" || name == "-h") {
+      if (help) {
+        std::string text = "pretrain_gpt: train GPT-2 on Megatron .bin/.idx data with Megatron-LM's pretrain_gpt.py flags.\n\n";
+        for (const auto& [flag, spec] : table) text += "  " + flag + (spec.kind == Spec::Flag ? "" : " VALUE") + "\n      " + spec.help + "\n";
+        *help = text;
+      }
+      return a;
+    }
+    auto it = table.find(name);
+    if (it == table.end()) {
+      if (unsupported().count(name))
+        throw Error(ErrorKind::Usage, "%s is a Megatron flag that zerolm's pretrain_gpt does not support yet", name.c_str());
+      throw Error(ErrorKind::Usage, "unknown flag '%s' ---> HINT: pretrain_gpt --help lists the supported flags", name.c_str());
+    }
+    std::vector<std::string> values;
+    if (it->second.kind == Spec::Flag) {
+      if (has_inline) throw Error(ErrorKind::Usage, "%s takes no value", name.c_str());
+    } else if (has_inline) {
+      values.push_back(inline_value);
+    } else if (it->second.kind == Spec::List) {
+      while (i + 1 < argc && std::string(argv[i + 1]).rfind("--", 0) != 0) values.push_back(argv[++i]);
+    } else if (i + 1 < argc) {
+      values.push_back(argv[++i]);
+    }
+    if (it->second.kind != Spec::Flag && values.empty()) throw Error(ErrorKind::Usage, "%s needs a value", name.c_str());
+    it->second.set(a, values);
+  }
+  // Validation, Megatron's rules first.
+  auto need = [](bool ok, const char* what) {
+    if (!ok) throw Error(ErrorKind::Usage, "%s", what);
+  };
+  need(a.num_layers > 0 && a.hidden_size > 0 && a.num_attention_heads > 0, "--num-layers, --hidden-size and --num-attention-heads are required");
+  need(a.hidden_size % a.num_attention_heads == 0, "--hidden-size must be divisible by --num-attention-heads");
+  need(a.seq_length > 0, "--seq-length is required");
+  if (a.max_position_embeddings == 0) a.max_position_embeddings = a.seq_length;
+  need(a.max_position_embeddings >= a.seq_length, "--max-position-embeddings must be >= --seq-length");
+  need(a.micro_batch_size > 0, "--micro-batch-size is required");
+  if (a.global_batch_size == 0) a.global_batch_size = a.micro_batch_size;
+  need(a.global_batch_size % a.micro_batch_size == 0, "--global-batch-size must be a multiple of --micro-batch-size");
+  need((a.train_iters > 0) != (a.train_samples > 0), "give exactly one of --train-iters and --train-samples");
+  need(!a.data_path.empty(), "--data-path is required");
+  need(a.lr > 0, "--lr is required");
+  need(a.log_interval > 0 && a.eval_interval > 0 && a.eval_iters >= 0, "--log-interval and --eval-interval must be positive");
+  need(a.lr_decay_style == "cosine" || a.lr_decay_style == "linear" || a.lr_decay_style == "constant",
+       "--lr-decay-style must be cosine, linear or constant");
+  need(!(a.fp16 && a.bf16), "--fp16 and --bf16 are exclusive");
+  need(a.data_impl == "mmap" || a.data_impl == "infer", "--data-impl: only mmap datasets exist since 2023");
+  need(a.tokenizer_type == "GPT2BPETokenizer", "--tokenizer-type: pretrain_gpt supports GPT2BPETokenizer");
+  need(!a.vocab_file.empty(), "--vocab-file is required (the vocabulary size and EOD come from it)");
+  if (a.tensor_model_parallel_size != 1)
+    throw Error(ErrorKind::Usage, "--tensor-model-parallel-size %ld: tensor parallelism is not supported yet (use 1)", (long)a.tensor_model_parallel_size);
+  if (a.pipeline_model_parallel_size != 1)
+    throw Error(ErrorKind::Usage, "--pipeline-model-parallel-size %ld: pipeline parallelism is not supported yet (use 1)",
+                (long)a.pipeline_model_parallel_size);
+  need(a.distributed_backend == "nccl" || a.distributed_backend == "gloo", "--distributed-backend must be nccl or gloo");
+  need(a.device == "auto" || a.device == "cpu" || a.device == "cuda", "--device must be auto, cpu or cuda");
+  for (const auto& [w, p] : a.data_path) need(w >= 0, "--data-path weights must be non-negative");
+  return a;
+}
+
+int64_t TrainArgs::warmup_iters() const {
+  if (lr_warmup_iters > 0) return lr_warmup_iters;
+  if (lr_warmup_fraction > 0) return static_cast<int64_t>(lr_warmup_fraction * static_cast<double>(decay_iters()));
+  return 0;
+}
+
+double megatron_lr(const TrainArgs& a, int64_t it) {
+  const double warm = static_cast<double>(a.warmup_iters()), decay = static_cast<double>(a.decay_iters());
+  const double step = static_cast<double>(it);
+  if (warm > 0 && step <= warm) return a.lr * step / warm;
+  if (a.lr_decay_style == "constant") return a.lr;
+  if (step > decay) return a.min_lr;
+  double ratio = (step - warm) / std::max(1.0, decay - warm);
+  double coeff = a.lr_decay_style == "cosine" ? 0.5 * (std::cos(M_PI * ratio) + 1.0) : 1.0 - ratio;
+  return a.min_lr + coeff * (a.lr - a.min_lr);
+}
+
+}  // namespace zlm::trainer

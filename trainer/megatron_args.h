@@ -1,0 +1,64 @@
+// pretrain_gpt's command line: Megatron-LM's pretrain_gpt.py flags, parsed
+// strictly. An unknown flag is an error naming it; a known Megatron flag we do
+// not support yet (or a value we do not support, such as a tensor parallel size
+// above 1) is an error saying so; nothing is silently ignored. Pure C++ (no
+// LibTorch), so it is unit-tested in every build.
+//
+//   zlm::trainer::TrainArgs args = zlm::trainer::parse_megatron_args(argc, argv);
+//
+// Derived values follow Megatron: train samples = --train-samples or
+// train_iters * global_batch_size; valid = (train_iters // eval_interval + 1)
+// * eval_iters * global_batch_size; test = eval_iters * global_batch_size;
+// warm-up iterations = --lr-warmup-iters or --lr-warmup-fraction * lr_decay_iters.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace zlm::trainer {
+
+struct TrainArgs {
+  // model
+  int64_t num_layers = 0, hidden_size = 0, num_attention_heads = 0, seq_length = 0, max_position_embeddings = 0;
+  double init_method_std = 0.02, hidden_dropout = 0.1, attention_dropout = 0.1;
+  int64_t make_vocab_size_divisible_by = 128;
+  bool checkpoint_activations = false;
+  // batch and schedule
+  int64_t micro_batch_size = 0, global_batch_size = 0, train_iters = 0, train_samples = 0, lr_decay_iters = 0;
+  double lr = 0, min_lr = 0, lr_warmup_fraction = -1, weight_decay = 0.01, clip_grad = 1.0;
+  int64_t lr_warmup_iters = 0;
+  std::string lr_decay_style = "linear";
+  double adam_beta1 = 0.9, adam_beta2 = 0.999, adam_eps = 1e-8;
+  bool fp16 = false, bf16 = false;
+  uint32_t seed = 1234;
+  // data
+  std::vector<std::pair<double, std::string>> data_path;  // (weight, prefix)
+  std::string split = "969, 30, 1", vocab_file, merge_file, tokenizer_type = "GPT2BPETokenizer", data_impl = "mmap";
+  // logging, evaluation, checkpoints
+  int64_t log_interval = 100, eval_interval = 1000, eval_iters = 100, save_interval = 0, exit_interval = 0;
+  std::string save, load;
+  std::string metrics_out;  // JSON lines of every logged metric (default: <save>/metrics.jsonl)
+  // distribution
+  std::string distributed_backend = "nccl";
+  int64_t tensor_model_parallel_size = 1, pipeline_model_parallel_size = 1;
+  std::string device = "auto";  // zerolm: auto | cpu | cuda
+
+  int64_t train_samples_total() const { return train_samples ? train_samples : train_iters * global_batch_size; }
+  int64_t total_iters() const { return train_iters ? train_iters : train_samples / global_batch_size; }
+  int64_t valid_samples() const { return (total_iters() / eval_interval + 1) * eval_iters * global_batch_size; }
+  int64_t test_samples() const { return eval_iters * global_batch_size; }
+  int64_t warmup_iters() const;
+  int64_t decay_iters() const { return lr_decay_iters ? lr_decay_iters : total_iters(); }
+};
+
+// argv[1..] -> TrainArgs. Throws zlm::Error(Usage) with the flag's name; "--help"
+// throws nothing and sets *help (when given) to the usage text.
+TrainArgs parse_megatron_args(int argc, const char* const* argv, std::string* help = nullptr);
+
+// Megatron's OptimizerParamScheduler learning rate after `iteration` completed
+// iterations (warm-up from 0, then cosine/linear/constant decay to min_lr).
+double megatron_lr(const TrainArgs& args, int64_t iteration);
+
+}  // namespace zlm::trainer

@@ -1,0 +1,354 @@
+#include "trainer/trainer.h"
+
+#include <ATen/autocast_mode.h>
+#include <torch/torch.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+
+#include "common/error.h"
+#include "common/log.h"
+#include "common/output_file.h"
+#include "formats/gpt_dataset.h"
+#include "trainer/gpt2_model.h"
+
+namespace zlm::trainer {
+
+namespace fs = std::filesystem;
+using formats::GptIndex;
+using formats::MegatronReader;
+
+namespace {
+
+// The vocabulary size (entries of vocab.json) and the id of <|endoftext|>,
+// read without a JSON library (the trainer builds where simdjson is absent).
+std::pair<int64_t, int64_t> read_vocab(const std::string& path) {
+  std::string s = read_file(path);
+  int64_t entries = 0, eod = -1;
+  int depth = 0;
+  bool in_string = false, key_next = true;
+  std::string current;
+  for (size_t i = 0; i < s.size(); ++i) {
+    char c = s[i];
+    if (in_string) {
+      if (c == '\\' && i + 1 < s.size()) {
+        current.push_back(s[++i]);
+      } else if (c == '"') {
+        in_string = false;
+      } else {
+        current.push_back(c);
+      }
+      continue;
+    }
+    if (c == '"') {
+      in_string = true;
+      current.clear();
+    } else if (c == '{') {
+      ++depth;
+    } else if (c == '}') {
+      --depth;
+    } else if (c == ':' && depth == 1) {
+      ++entries;
+      if (current == "<|endoftext|>") eod = std::strtoll(s.c_str() + i + 1, nullptr, 10);
+    }
+  }
+  (void)key_next;
+  if (entries == 0) throw Error(ErrorKind::Format, "%s: no entries (not a GPT-2 vocab.json?)", path.c_str());
+  return {entries, eod};
+}
+
+// Samples of one split: one dataset, or a blend of several (§5.12).
+class SampleSource {
+ public:
+  SampleSource(const std::vector<std::unique_ptr<MegatronReader>>& readers, const std::vector<double>& weights,
+               const std::string& split, int split_index, int64_t num_samples, int64_t seq_length, uint32_t seed)
+      : readers_(readers) {
+    if (num_samples <= 0) return;
+    std::vector<int64_t> targets = readers.size() == 1 ? std::vector<int64_t>{num_samples}
+                                                       : formats::blend_targets_legacy(num_samples, weights);
+    for (size_t d = 0; d < readers.size(); ++d) {
+      auto ranges = formats::split_ranges_legacy(split, static_cast<int64_t>(readers[d]->num_sequences()));
+      if (ranges[split_index].size() <= 0) {
+        indexes_.emplace_back();
+        continue;
+      }
+      indexes_.push_back(std::make_unique<GptIndex>(formats::build_gpt_index(*readers[d], ranges[split_index], targets[d], seq_length, seed)));
+    }
+    if (readers.size() > 1) {
+      int64_t total = 0;
+      for (const auto& ix : indexes_) total += ix ? ix->num_samples() : 0;
+      blend_ = formats::build_blend_index(weights, total);
+    }
+  }
+  bool empty() const {
+    for (const auto& ix : indexes_)
+      if (ix && ix->num_samples() > 0) return false;
+    return true;
+  }
+  int64_t size() const {
+    if (readers_.size() > 1) return static_cast<int64_t>(blend_.dataset.size());
+    return indexes_.empty() || !indexes_[0] ? 0 : indexes_[0]->num_samples();
+  }
+  std::vector<int64_t> sample(int64_t i) const {
+    size_t d = 0;
+    int64_t j = i % std::max<int64_t>(1, size());  // wrap around like another epoch of the shuffled index
+    if (readers_.size() > 1) {
+      d = blend_.dataset[static_cast<size_t>(j)];
+      j = blend_.dataset_sample[static_cast<size_t>(j)] % indexes_[d]->num_samples();
+    }
+    return formats::gpt_sample(*readers_[d], *indexes_[d], j);
+  }
+
+ private:
+  const std::vector<std::unique_ptr<MegatronReader>>& readers_;
+  std::vector<std::unique_ptr<GptIndex>> indexes_;
+  formats::BlendIndex blend_;
+};
+
+// (tokens, labels), each (B, T), of `count` consecutive samples from `first`.
+std::pair<torch::Tensor, torch::Tensor> batch(const SampleSource& src, int64_t first, int64_t count, int64_t seq_length,
+                                              const torch::Device& device) {
+  auto all = torch::empty({count, seq_length + 1}, torch::kLong);
+  auto acc = all.accessor<int64_t, 2>();
+  for (int64_t b = 0; b < count; ++b) {
+    auto s = src.sample(first + b);
+    for (int64_t t = 0; t <= seq_length; ++t) acc[b][t] = s[static_cast<size_t>(t)];
+  }
+  all = all.to(device);
+  return {all.narrow(1, 0, seq_length), all.narrow(1, 1, seq_length)};
+}
+
+std::string dashes(size_t n) { return std::string(n, '-'); }
+
+struct RunState {
+  int64_t iteration = 0, consumed_train = 0, consumed_valid = 0;
+};
+
+void save_checkpoint(const TrainArgs& a, Gpt2& model, torch::optim::Optimizer& opt, const RunState& st) {
+  fs::create_directories(a.save);
+  char name[32];
+  std::snprintf(name, sizeof name, "iter_%07ld", static_cast<long>(st.iteration));
+  fs::path final_dir = fs::path(a.save) / name;
+  fs::path tmp_dir = fs::path(a.save) / (std::string(name) + ".tmp." + std::to_string(::getpid()));
+  fs::remove_all(tmp_dir);
+  fs::create_directories(tmp_dir / "mp_rank_00");
+  ZLM_LOG_INF("saving checkpoint at iteration %7ld to %s", (long)st.iteration, a.save.c_str());
+  torch::serialize::OutputArchive archive;
+  torch::serialize::OutputArchive model_archive, opt_archive;
+  model->save(model_archive);
+  opt.save(opt_archive);
+  archive.write("model", model_archive);
+  archive.write("optimizer", opt_archive);
+  archive.write("iteration", torch::tensor(st.iteration));
+  archive.write("consumed_train_samples", torch::tensor(st.consumed_train));
+  archive.write("consumed_valid_samples", torch::tensor(st.consumed_valid));
+  archive.write("checkpoint_version", torch::tensor(3.0));
+  archive.write("rng_cpu", at::globalContext().defaultGenerator(torch::kCPU).get_state());
+  archive.save_to((tmp_dir / "mp_rank_00" / "model_optim_rng.pt").string());
+  // Complete directory first, then the tracker: a crash never points at a partial checkpoint.
+  fs::remove_all(final_dir);
+  fs::rename(tmp_dir, final_dir);
+  write_file_atomic((fs::path(a.save) / "latest_checkpointed_iteration.txt").string(), std::to_string(st.iteration));
+  ZLM_LOG_INF("  successfully saved checkpoint at iteration %7ld to %s", (long)st.iteration, a.save.c_str());
+}
+
+bool load_checkpoint(const TrainArgs& a, Gpt2& model, torch::optim::Optimizer& opt, RunState& st) {
+  fs::path tracker = fs::path(a.load) / "latest_checkpointed_iteration.txt";
+  if (!fs::exists(tracker)) {
+    ZLM_LOG_WRN("WARNING: could not find the metadata file %s; will not load any checkpoints and will start from random",
+                tracker.string().c_str());
+    return false;
+  }
+  std::string text = read_file(tracker.string());
+  char* end = nullptr;
+  long it = std::strtol(text.c_str(), &end, 10);
+  if (text.empty() || (end && *end != '\0' && *end != '\n') || it < 0)
+    throw Error(ErrorKind::Format, "%s: '%s' is not an iteration number", tracker.string().c_str(), text.c_str());
+  char name[32];
+  std::snprintf(name, sizeof name, "iter_%07ld", it);
+  fs::path file = fs::path(a.load) / name / "mp_rank_00" / "model_optim_rng.pt";
+  try {
+    torch::serialize::InputArchive archive, model_archive, opt_archive;
+    archive.load_from(file.string());
+    archive.read("model", model_archive);
+    archive.read("optimizer", opt_archive);
+    model->load(model_archive);
+    opt.load(opt_archive);
+    auto read = [&](const char* key) {  // a fresh tensor per key: read() resizes a defined one in place
+      torch::Tensor t;
+      archive.read(key, t);
+      return t;
+    };
+    st.iteration = read("iteration").item<int64_t>();
+    st.consumed_train = read("consumed_train_samples").item<int64_t>();
+    st.consumed_valid = read("consumed_valid_samples").item<int64_t>();
+    at::Generator gen = at::globalContext().defaultGenerator(torch::kCPU);  // a handle to the global generator
+    gen.set_state(read("rng_cpu"));
+  } catch (const c10::Error& e) {
+    throw Error(ErrorKind::Format, "%s: cannot load the checkpoint (%s) ---> HINT: it is damaged or from another model shape",
+                file.string().c_str(), e.what_without_backtrace());
+  }
+  ZLM_LOG_INF(" loading checkpoint from %s at iteration %ld", a.load.c_str(), it);
+  return true;
+}
+
+}  // namespace
+
+int train(const TrainArgs& a) {
+  torch::manual_seed(a.seed);
+  // Device and precision.
+  bool cuda = a.device == "cuda" || (a.device == "auto" && torch::cuda::is_available());
+  if (a.device == "cuda" && !torch::cuda::is_available()) throw Error(ErrorKind::Usage, "--device cuda: no CUDA device is visible");
+  torch::Device device = cuda ? torch::Device(torch::kCUDA, 0) : torch::Device(torch::kCPU);
+  if (!cuda && a.distributed_backend == "nccl")
+    ZLM_LOG_WRN("--distributed-backend nccl needs a GPU; training on CPU in one process (gloo)");
+  if (!cuda && (a.fp16 || a.bf16)) ZLM_LOG_WRN("--%s on CPU: training in fp32", a.fp16 ? "fp16" : "bf16");
+  if (cuda && a.fp16) throw Error(ErrorKind::Usage, "--fp16 (dynamic loss scaling) is not supported on GPU yet: use --bf16");
+  if (cuda && a.bf16) {  // bf16 autocast for every forward pass; master weights and Adam stay fp32
+    at::autocast::set_autocast_dtype(at::kCUDA, at::kBFloat16);
+    at::autocast::set_autocast_enabled(at::kCUDA, true);
+  }
+
+  auto [vocab_entries, eod] = read_vocab(a.vocab_file);
+  int64_t padded = (vocab_entries + a.make_vocab_size_divisible_by - 1) / a.make_vocab_size_divisible_by * a.make_vocab_size_divisible_by;
+  ZLM_LOG_INF(" > padded vocab (size: %ld) with %ld dummy tokens (new size: %ld)", (long)vocab_entries,
+              (long)(padded - vocab_entries), (long)padded);
+
+  // Data: every prefix, three splits.
+  std::vector<std::unique_ptr<MegatronReader>> readers;
+  std::vector<double> raw_weights;
+  for (const auto& [w, prefix] : a.data_path) {
+    readers.push_back(std::make_unique<MegatronReader>(prefix));
+    raw_weights.push_back(w);
+  }
+  std::vector<double> weights = formats::normalize_blend_weights(raw_weights);
+  ZLM_LOG_INF(" > datasets target sizes (minimum size):");
+  ZLM_LOG_INF("    train:      %ld", (long)a.train_samples_total());
+  ZLM_LOG_INF("    validation: %ld", (long)a.valid_samples());
+  ZLM_LOG_INF("    test:       %ld", (long)a.test_samples());
+  SampleSource train_src(readers, weights, a.split, 0, a.train_samples_total(), a.seq_length, a.seed);
+  SampleSource valid_src(readers, weights, a.split, 1, a.valid_samples(), a.seq_length, a.seed);
+  SampleSource test_src(readers, weights, a.split, 2, a.test_samples(), a.seq_length, a.seed);
+  if (train_src.empty()) throw Error(ErrorKind::Usage, "--split '%s' leaves no training documents", a.split.c_str());
+
+  Gpt2Config cfg{.vocab_size = padded, .max_positions = a.max_position_embeddings, .num_layers = a.num_layers,
+                 .hidden = a.hidden_size, .heads = a.num_attention_heads, .init_std = a.init_method_std,
+                 .hidden_dropout = a.hidden_dropout, .attention_dropout = a.attention_dropout,
+                 .checkpoint_activations = a.checkpoint_activations};
+  Gpt2 model(cfg);
+  model->to(device);
+  const int64_t params = model->num_parameters();
+  ZLM_LOG_INF(" > number of parameters: %ld (params %.1f MiB, grads %.1f MiB, Adam m+v %.1f MiB, fp32)", (long)params,
+              params * 4 / 1048576.0, params * 4 / 1048576.0, params * 8 / 1048576.0);
+
+  // AdamW: weight decay on weights (matrices), not on biases or LayerNorm.
+  std::vector<torch::Tensor> decay, no_decay;
+  for (const auto& p : model->parameters()) (p.dim() >= 2 ? decay : no_decay).push_back(p);
+  auto opt_options = torch::optim::AdamWOptions(a.lr).betas({a.adam_beta1, a.adam_beta2}).eps(a.adam_eps);
+  std::vector<torch::optim::OptimizerParamGroup> groups;
+  groups.emplace_back(decay, std::make_unique<torch::optim::AdamWOptions>(torch::optim::AdamWOptions(opt_options).weight_decay(a.weight_decay)));
+  groups.emplace_back(no_decay, std::make_unique<torch::optim::AdamWOptions>(torch::optim::AdamWOptions(opt_options).weight_decay(0.0)));
+  torch::optim::AdamW opt(groups, opt_options);
+
+  RunState st;
+  if (!a.load.empty()) load_checkpoint(a, model, opt, st);
+  std::unique_ptr<std::ofstream> metrics;
+  std::string metrics_path = !a.metrics_out.empty() ? a.metrics_out : (!a.save.empty() ? (fs::path(a.save) / "metrics.jsonl").string() : "");
+  if (!metrics_path.empty()) {
+    if (fs::path(metrics_path).has_parent_path()) fs::create_directories(fs::path(metrics_path).parent_path());
+    metrics = std::make_unique<std::ofstream>(metrics_path, std::ios::app);
+  }
+
+  const int64_t T = a.total_iters(), gbs = a.global_batch_size, mbs = a.micro_batch_size, micro = gbs / mbs;
+  const double L = static_cast<double>(a.num_layers), h = static_cast<double>(a.hidden_size), s = static_cast<double>(a.seq_length);
+  const double flops_per_iter = 24.0 * (a.checkpoint_activations ? 4 : 3) * static_cast<double>(gbs) * s * L * h * h *
+                                (1.0 + s / (6.0 * h) + static_cast<double>(padded) / (16.0 * L * h));
+
+  auto evaluate = [&](const std::string& label, const SampleSource& src, int64_t* consumed) {
+    if (src.empty() || a.eval_iters == 0) return;
+    model->eval();
+    torch::NoGradGuard no_grad;
+    double total = 0;
+    int64_t n = 0;
+    for (int64_t e = 0; e < a.eval_iters; ++e)
+      for (int64_t m = 0; m < micro; ++m) {
+        auto [tok, lab] = batch(src, *consumed, mbs, a.seq_length, device);
+        *consumed += mbs;
+        total += model->loss(tok, lab).item<double>();
+        ++n;
+      }
+    model->train();
+    double v = total / static_cast<double>(n);
+    char line[512];
+    std::snprintf(line, sizeof line, " validation loss at %s | lm loss value: %.6E | lm loss PPL: %.6E | ", label.c_str(), v,
+                  std::exp(std::min(20.0, v)));
+    std::fprintf(stderr, "%s\n%s\n%s\n", dashes(std::strlen(line) + 1).c_str(), line, dashes(std::strlen(line) + 1).c_str());
+    if (metrics) *metrics << "{\"iteration\": " << st.iteration << ", \"split\": \"" << (&src == &test_src ? "test" : "valid")
+                          << "\", \"lm_loss\": " << v << ", \"ppl\": " << std::exp(std::min(20.0, v)) << "}" << std::endl;
+  };
+
+  model->train();
+  double interval_loss = 0;
+  int64_t interval_iters = 0;
+  auto interval_start = std::chrono::steady_clock::now();
+  int64_t valid_consumed = st.consumed_valid;
+  while (st.iteration < T) {
+    const double lr = megatron_lr(a, st.iteration * 1);  // Megatron: the LR of the steps taken so far
+    for (auto& g : opt.param_groups()) static_cast<torch::optim::AdamWOptions&>(g.options()).lr(lr);
+    opt.zero_grad();
+    double loss_sum = 0;
+    for (int64_t m = 0; m < micro; ++m) {
+      auto [tok, lab] = batch(train_src, st.consumed_train + m * mbs, mbs, a.seq_length, device);
+      auto loss = model->loss(tok, lab);
+      (loss / static_cast<double>(micro)).backward();
+      loss_sum += loss.item<double>();
+    }
+    double grad_norm = a.clip_grad > 0 ? torch::nn::utils::clip_grad_norm_(model->parameters(), a.clip_grad)
+                                       : torch::nn::utils::clip_grad_norm_(model->parameters(), 1e30);
+    opt.step();
+    ++st.iteration;
+    st.consumed_train += gbs;
+    interval_loss += loss_sum / static_cast<double>(micro);
+    ++interval_iters;
+    if (st.iteration % a.log_interval == 0 || st.iteration == T) {
+      double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - interval_start).count() / static_cast<double>(interval_iters);
+      double avg = interval_loss / static_cast<double>(interval_iters);
+      double lr_now = megatron_lr(a, st.iteration);
+      std::fprintf(stderr,
+                   " iteration %8ld/%8ld | consumed samples: %12ld | consumed tokens: %12ld | elapsed time per iteration (s): %.2f | "
+                   "learning rate: %.3E | global batch size: %5ld | lm loss: %.6E | grad norm: %.3f | number of skipped iterations: %3d | "
+                   "number of nan iterations: %3d | samples per second: %.3f | TFLOPs: %.2f |\n",
+                   (long)st.iteration, (long)T, (long)st.consumed_train, (long)(st.consumed_train * a.seq_length), secs, lr_now,
+                   (long)gbs, avg, grad_norm, 0, std::isfinite(avg) ? 0 : 1, static_cast<double>(gbs) / secs,
+                   flops_per_iter / secs / 1e12);
+      if (metrics)
+        *metrics << "{\"iteration\": " << st.iteration << ", \"consumed_samples\": " << st.consumed_train << ", \"lm_loss\": " << avg
+                 << ", \"lr\": " << lr_now << ", \"grad_norm\": " << grad_norm << ", \"seconds_per_iteration\": " << secs
+                 << ", \"tflops\": " << flops_per_iter / secs / 1e12 << "}" << std::endl;
+      interval_loss = 0;
+      interval_iters = 0;
+      interval_start = std::chrono::steady_clock::now();
+    }
+    if (st.iteration % a.eval_interval == 0 && !valid_src.empty()) {
+      evaluate("iteration " + std::to_string(st.iteration), valid_src, &valid_consumed);
+      st.consumed_valid = valid_consumed;
+    }
+    if (!a.save.empty() && a.save_interval > 0 && st.iteration % a.save_interval == 0) save_checkpoint(a, model, opt, st);
+    if (a.exit_interval > 0 && st.iteration % a.exit_interval == 0) {
+      if (!a.save.empty() && (a.save_interval == 0 || st.iteration % a.save_interval != 0)) save_checkpoint(a, model, opt, st);
+      ZLM_LOG_INF("exiting program at iteration %ld", (long)st.iteration);
+      return 0;
+    }
+  }
+  if (!a.save.empty() && (a.save_interval == 0 || st.iteration % a.save_interval != 0)) save_checkpoint(a, model, opt, st);
+  evaluate("the end of training for val data", valid_src, &valid_consumed);
+  int64_t test_consumed = 0;
+  evaluate("the end of training for test data", test_src, &test_consumed);
+  return 0;
+}
+
+}  // namespace zlm::trainer
