@@ -52,5 +52,33 @@ else
   echo "byte-identical to Megatron's output: NO" >&2; exit 1
 fi
 
+if [[ -x $BIN/pretrain_gpt ]]; then
+  say "pretrain_gpt: a small GPT-2 (4 layers, hidden 128) on the pipeline's dataset, on CPU"
+  t_train0=$(date +%s.%N)
+  $BIN/pretrain_gpt --num-layers 4 --hidden-size 128 --num-attention-heads 4 --micro-batch-size 8 --global-batch-size 8 \
+    --seq-length 128 --max-position-embeddings 128 --train-iters ${DEMO_TRAIN_ITERS:-200} --lr 0.002 --lr-decay-style cosine \
+    --min-lr 0.0002 --lr-warmup-iters 20 --weight-decay 0.01 --clip-grad 1.0 --split 949,50,1 \
+    --data-path "$OUT/work/gpt2_text_document" --vocab-file $DATA/gpt2/gpt2-vocab.json --merge-file $DATA/gpt2/gpt2-merges.txt \
+    --log-interval 20 --eval-interval 50 --eval-iters 4 --hidden-dropout 0 --attention-dropout 0 \
+    --save "$OUT/checkpoints" --distributed-backend nccl 2>&1 | tee "$OUT/train.log" | grep -E "iteration|validation" >&2
+  t_train1=$(date +%s.%N)
+  say "generate_gpt: a sample from the trained model"
+  $BIN/generate_gpt --load "$OUT/checkpoints" --prompt "The city council said" --vocab-file $DATA/gpt2/gpt2-vocab.json \
+    --merge-file $DATA/gpt2/gpt2-merges.txt --max-new-tokens 40 --temperature 0.8 --top-k 40 -q | tee "$OUT/sample.txt"
+  python3 scripts/plot_loss.py "$OUT/checkpoints/metrics.jsonl" "$OUT/loss.svg" >&2
+fi
+
 t1=$(date +%s.%N)
-printf '\ndemo finished in %.1f s; outputs in %s/ (stage table: %s/work/summary.txt)\n' "$(echo "$t1 - $t0" | bc -l)" "$OUT" "$OUT" >&2
+{
+  echo
+  echo "================ zerolm demo summary ================"
+  cat "$OUT/work/summary.txt"
+  echo "tokens written: $($BIN/dataset_info "$OUT/work/gpt2_text_document" | sed -n 's/^tokens: //p')"
+  if [[ -f "$OUT/train.log" ]]; then
+    echo "training: $(grep -c ' iteration ' "$OUT/train.log") log lines, $(printf '%.0f' "$(echo "$t_train1 - $t_train0" | bc -l)") s;" \
+         "validation loss $(grep -m1 'validation loss at iteration' "$OUT/train.log" | sed 's/.*value: \([^ ]*\).*/\1/')" \
+         "-> $(grep 'end of training for val' "$OUT/train.log" | sed 's/.*value: \([^ ]*\).*/\1/')"
+    echo "sample: $OUT/sample.txt   loss curve: $OUT/loss.svg"
+  fi
+  printf 'total: %.1f s; outputs in %s/\n' "$(echo "$t1 - $t0" | bc -l)" "$OUT"
+} >&2

@@ -147,6 +147,8 @@ void save_checkpoint(const TrainArgs& a, Gpt2& model, torch::optim::Optimizer& o
   archive.write("consumed_train_samples", torch::tensor(st.consumed_train));
   archive.write("consumed_valid_samples", torch::tensor(st.consumed_valid));
   archive.write("checkpoint_version", torch::tensor(3.0));
+  const Gpt2Config& c = model->config();
+  archive.write("config", torch::tensor({c.vocab_size, c.max_positions, c.num_layers, c.hidden, c.heads}));
   archive.write("rng_cpu", at::globalContext().defaultGenerator(torch::kCPU).get_state());
   archive.save_to((tmp_dir / "mp_rank_00" / "model_optim_rng.pt").string());
   // Complete directory first, then the tracker: a crash never points at a partial checkpoint.
@@ -196,7 +198,42 @@ bool load_checkpoint(const TrainArgs& a, Gpt2& model, torch::optim::Optimizer& o
   return true;
 }
 
+// Path of the checkpoint file the tracker of `dir` points at.
+std::string checkpoint_file(const std::string& dir, int64_t* iteration) {
+  fs::path tracker = fs::path(dir) / "latest_checkpointed_iteration.txt";
+  if (!fs::exists(tracker)) throw Error(ErrorKind::Usage, "%s: no checkpoint (missing %s)", dir.c_str(), tracker.string().c_str());
+  std::string text = read_file(tracker.string());
+  char* end = nullptr;
+  long it = std::strtol(text.c_str(), &end, 10);
+  if (text.empty() || (end && *end != '\0' && *end != '\n') || it < 0)
+    throw Error(ErrorKind::Format, "%s: '%s' is not an iteration number", tracker.string().c_str(), text.c_str());
+  char name[32];
+  std::snprintf(name, sizeof name, "iter_%07ld", it);
+  *iteration = it;
+  return (fs::path(dir) / name / "mp_rank_00" / "model_optim_rng.pt").string();
+}
+
 }  // namespace
+
+Gpt2 load_model(const std::string& dir, int64_t* iteration) {
+  std::string file = checkpoint_file(dir, iteration);
+  try {
+    torch::serialize::InputArchive archive, model_archive;
+    archive.load_from(file);
+    torch::Tensor cfg;
+    archive.read("config", cfg);
+    auto v = cfg.accessor<int64_t, 1>();
+    Gpt2Config c{.vocab_size = v[0], .max_positions = v[1], .num_layers = v[2], .hidden = v[3], .heads = v[4],
+                 .hidden_dropout = 0, .attention_dropout = 0};
+    Gpt2 model(c);
+    archive.read("model", model_archive);
+    model->load(model_archive);
+    model->eval();
+    return model;
+  } catch (const c10::Error& e) {
+    throw Error(ErrorKind::Format, "%s: cannot load the checkpoint (%s)", file.c_str(), e.what_without_backtrace());
+  }
+}
 
 int train(const TrainArgs& a) {
   torch::manual_seed(a.seed);

@@ -7,11 +7,18 @@
 // One process for now (data parallel and ZeRO are the next step).
 #pragma once
 
+#include <string>
+
+#include "trainer/gpt2_model.h"
 #include "trainer/megatron_args.h"
 
 namespace zlm::trainer {
 
 // Returns the process exit code. Throws zlm::Error / c10::Error.
 int train(const TrainArgs& args);
+
+// The model of the latest checkpoint in `dir` (eval mode, on CPU); sets *iteration.
+// Throws zlm::Error naming the file when it is missing or damaged.
+Gpt2 load_model(const std::string& dir, int64_t* iteration);
 
 }  // namespace zlm::trainer

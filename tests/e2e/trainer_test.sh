@@ -41,6 +41,21 @@ done
 [[ "$(grep 'end of training for val' full.log | sed 's/.*value: //')" == "$(grep 'end of training for val' part2.log | sed 's/.*value: //')" ]] ||
   { echo "FAIL: final validation differs after resume"; exit 1; }
 
+# generate_gpt: greedy decoding is deterministic and continues the prompt; sampling is seeded.
+if [[ -x $BIN/generate_gpt ]]; then
+  g=(--load full --vocab-file $DATA/gpt2-tiny-vocab.json --merge-file $DATA/gpt2-tiny-merges.txt --max-new-tokens 12 -q)
+  a=$($BIN/generate_gpt "${g[@]}" --prompt "The city" --temperature 0)
+  b=$($BIN/generate_gpt "${g[@]}" --prompt "The city" --temperature 0)
+  [[ "$a" == "$b" && "$a" == "The city"* && ${#a} -gt 8 ]] || { echo "FAIL: greedy generation '$a' / '$b'"; exit 1; }
+  c=$($BIN/generate_gpt "${g[@]}" --prompt "The city" --temperature 0.9 --top-k 20 --top-p 0.9 --seed 7)
+  d=$($BIN/generate_gpt "${g[@]}" --prompt "The city" --temperature 0.9 --top-k 20 --top-p 0.9 --seed 7)
+  [[ "$c" == "$d" ]] || { echo "FAIL: seeded sampling differs"; exit 1; }
+  if $BIN/generate_gpt --load nowhere --vocab-file $DATA/gpt2-tiny-vocab.json --merge-file $DATA/gpt2-tiny-merges.txt --prompt x -q 2> gen.err; then
+    echo "FAIL: missing checkpoint accepted"; exit 1
+  fi
+  grep -q "nowhere: no checkpoint" gen.err
+fi
+
 echo "garbage" > part/iter_0000300/mp_rank_00/model_optim_rng.pt
 if $BIN/pretrain_gpt "${common[@]}" --load part > bad.log 2>&1; then echo "FAIL: corrupt checkpoint accepted"; exit 1; fi
 grep -q 'cannot load the checkpoint' bad.log
