@@ -158,13 +158,10 @@ void save_checkpoint(const TrainArgs& a, Gpt2& model, torch::optim::Optimizer& o
   ZLM_LOG_INF("  successfully saved checkpoint at iteration %7ld to %s", (long)st.iteration, a.save.c_str());
 }
 
-bool load_checkpoint(const TrainArgs& a, Gpt2& model, torch::optim::Optimizer& opt, RunState& st) {
-  fs::path tracker = fs::path(a.load) / "latest_checkpointed_iteration.txt";
-  if (!fs::exists(tracker)) {
-    ZLM_LOG_WRN("WARNING: could not find the metadata file %s; will not load any checkpoints and will start from random",
-                tracker.string().c_str());
-    return false;
-  }
+// Path of the checkpoint file the tracker of `dir` points at.
+std::string checkpoint_file(const std::string& dir, int64_t* iteration) {
+  fs::path tracker = fs::path(dir) / "latest_checkpointed_iteration.txt";
+  if (!fs::exists(tracker)) throw Error(ErrorKind::Usage, "%s: no checkpoint (missing %s)", dir.c_str(), tracker.string().c_str());
   std::string text = read_file(tracker.string());
   char* end = nullptr;
   long it = std::strtol(text.c_str(), &end, 10);
@@ -172,7 +169,19 @@ bool load_checkpoint(const TrainArgs& a, Gpt2& model, torch::optim::Optimizer& o
     throw Error(ErrorKind::Format, "%s: '%s' is not an iteration number", tracker.string().c_str(), text.c_str());
   char name[32];
   std::snprintf(name, sizeof name, "iter_%07ld", it);
-  fs::path file = fs::path(a.load) / name / "mp_rank_00" / "model_optim_rng.pt";
+  *iteration = it;
+  return (fs::path(dir) / name / "mp_rank_00" / "model_optim_rng.pt").string();
+}
+
+bool load_checkpoint(const TrainArgs& a, Gpt2& model, torch::optim::Optimizer& opt, RunState& st) {
+  fs::path tracker = fs::path(a.load) / "latest_checkpointed_iteration.txt";
+  if (!fs::exists(tracker)) {
+    ZLM_LOG_WRN("WARNING: could not find the metadata file %s; will not load any checkpoints and will start from random",
+                tracker.string().c_str());
+    return false;
+  }
+  int64_t it = 0;
+  fs::path file = checkpoint_file(a.load, &it);
   try {
     torch::serialize::InputArchive archive, model_archive, opt_archive;
     archive.load_from(file.string());
@@ -194,23 +203,8 @@ bool load_checkpoint(const TrainArgs& a, Gpt2& model, torch::optim::Optimizer& o
     throw Error(ErrorKind::Format, "%s: cannot load the checkpoint (%s) ---> HINT: it is damaged or from another model shape",
                 file.string().c_str(), e.what_without_backtrace());
   }
-  ZLM_LOG_INF(" loading checkpoint from %s at iteration %ld", a.load.c_str(), it);
+  ZLM_LOG_INF(" loading checkpoint from %s at iteration %ld", a.load.c_str(), (long)it);
   return true;
-}
-
-// Path of the checkpoint file the tracker of `dir` points at.
-std::string checkpoint_file(const std::string& dir, int64_t* iteration) {
-  fs::path tracker = fs::path(dir) / "latest_checkpointed_iteration.txt";
-  if (!fs::exists(tracker)) throw Error(ErrorKind::Usage, "%s: no checkpoint (missing %s)", dir.c_str(), tracker.string().c_str());
-  std::string text = read_file(tracker.string());
-  char* end = nullptr;
-  long it = std::strtol(text.c_str(), &end, 10);
-  if (text.empty() || (end && *end != '\0' && *end != '\n') || it < 0)
-    throw Error(ErrorKind::Format, "%s: '%s' is not an iteration number", tracker.string().c_str(), text.c_str());
-  char name[32];
-  std::snprintf(name, sizeof name, "iter_%07ld", it);
-  *iteration = it;
-  return (fs::path(dir) / name / "mp_rank_00" / "model_optim_rng.pt").string();
 }
 
 }  // namespace
