@@ -34,7 +34,7 @@ demo: build
 bench: setup
 	@cmake -S . -B $(BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=Release -DZLM_BUILD_BENCHMARKS=ON >/dev/null
 	@cmake --build $(BUILD_DIR) -j $(JOBS)
-	@for b in tests/bench/*.sh; do echo "== $$b"; $$b || exit 1; done
+	@for b in tests/bench/bench_*.sh; do echo "== $$b"; $$b || exit 1; done
 
 clean:
 	rm -rf $(BUILD_DIR)

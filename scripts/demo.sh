@@ -60,7 +60,7 @@ if [[ -x $BIN/pretrain_gpt ]]; then
     --min-lr 0.0002 --lr-warmup-iters 20 --weight-decay 0.01 --clip-grad 1.0 --split 949,50,1 \
     --data-path "$OUT/work/gpt2_text_document" --vocab-file $DATA/gpt2/gpt2-vocab.json --merge-file $DATA/gpt2/gpt2-merges.txt \
     --log-interval 20 --eval-interval 50 --eval-iters 4 --hidden-dropout 0 --attention-dropout 0 \
-    --save "$OUT/checkpoints" --distributed-backend nccl 2>&1 | tee "$OUT/train.log" | grep -E "iteration|validation" >&2
+    --save "$OUT/checkpoints" --distributed-backend nccl 2>&1 | tee "$OUT/train.log" | grep --line-buffered -E "iteration|validation" >&2
   t_train1=$(date +%s.%N)
   say "generate_gpt: a sample from the trained model"
   $BIN/generate_gpt --load "$OUT/checkpoints" --prompt "The city council said" --vocab-file $DATA/gpt2/gpt2-vocab.json \
