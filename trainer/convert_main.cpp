@@ -1,0 +1,61 @@
+// convert_gpt --load CKPT --export-hf DIR --vocab-file V [--dump-logits FILE --tokens "1 2 3"]
+// convert_gpt --import-hf DIR --dump-logits FILE --tokens "..."   (check an imported model)
+// Exports the latest checkpoint of a pretrain_gpt run to Hugging Face's GPT2LMHeadModel
+// layout, or reads one back; --dump-logits writes the logits (T x V, one row a line) of
+// the given token ids, for comparing with another implementation.
+#include <torch/torch.h>
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "common/cli.h"
+#include "common/error.h"
+#include "common/gpt2_bpe.h"
+#include "common/log.h"
+#include "trainer/hf_export.h"
+#include "trainer/trainer.h"
+
+int main(int argc, char** argv) {
+  std::string load, export_dir, import_dir, vocab_file, merge_file, dump, tokens;
+  int64_t divisible_by = 128;
+  zlm::CommonFlags common;
+  CLI::App app{"Convert pretrain_gpt checkpoints to and from Hugging Face's GPT2LMHeadModel (safetensors)."};
+  app.add_option("--load", load, "pretrain_gpt checkpoint directory");
+  app.add_option("--export-hf", export_dir, "Write config.json + model.safetensors here");
+  app.add_option("--import-hf", import_dir, "Read a GPT2LMHeadModel directory (float32 safetensors)");
+  app.add_option("--vocab-file", vocab_file, "GPT-2 vocab.json (the unpadded vocabulary size)");
+  app.add_option("--merge-file", merge_file, "GPT-2 merges.txt");
+  app.add_option("--make-vocab-size-divisible-by", divisible_by, "Padding for --import-hf")->capture_default_str();
+  app.add_option("--dump-logits", dump, "Write the logits of --tokens to FILE");
+  app.add_option("--tokens", tokens, "Space-separated token ids for --dump-logits");
+  zlm::add_common_flags(app, common);
+  return zlm::tool_main("convert_gpt", app, common, argc, argv, [&] {
+    if (load.empty() == import_dir.empty()) throw zlm::Error(zlm::ErrorKind::Usage, "give exactly one of --load and --import-hf");
+    int64_t iteration = 0;
+    auto model = !load.empty() ? zlm::trainer::load_model(load, &iteration) : zlm::trainer::import_hf(import_dir, divisible_by);
+    if (!export_dir.empty()) {
+      if (vocab_file.empty() || merge_file.empty())
+        throw zlm::Error(zlm::ErrorKind::Usage, "--export-hf needs --vocab-file and --merge-file (the unpadded vocabulary)");
+      auto bpe = zlm::Gpt2Bpe::load(vocab_file, merge_file);
+      zlm::trainer::export_hf(model, static_cast<int64_t>(bpe.vocab_size()), export_dir);
+      ZLM_LOG_INF("exported %s (iteration %ld) to %s", load.c_str(), (long)iteration, export_dir.c_str());
+    }
+    if (!dump.empty()) {
+      std::vector<int64_t> ids;
+      std::istringstream in(tokens);
+      int64_t v;
+      while (in >> v) ids.push_back(v);
+      if (ids.empty()) throw zlm::Error(zlm::ErrorKind::Usage, "--dump-logits needs --tokens");
+      torch::NoGradGuard no_grad;
+      auto logits = model->forward(torch::tensor(ids).unsqueeze(0))[0].contiguous();  // (T, Vp)
+      std::ofstream out(dump);
+      auto acc = logits.accessor<float, 2>();
+      for (int64_t t = 0; t < logits.size(0); ++t) {
+        for (int64_t k = 0; k < logits.size(1); ++k) out << (k ? " " : "") << acc[t][k];
+        out << "\n";
+      }
+    }
+    return 0;
+  });
+}

@@ -1,0 +1,152 @@
+#include "trainer/hf_export.h"
+
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <regex>
+
+#include "common/error.h"
+#include "common/output_file.h"
+
+namespace zlm::trainer {
+
+namespace {
+
+struct Entry {
+  std::string name;
+  torch::Tensor t;  // float32, contiguous, CPU
+};
+
+std::vector<Entry> hf_tensors(Gpt2& model, int64_t vocab) {
+  torch::NoGradGuard no_grad;
+  auto c = [](const torch::Tensor& t) { return t.detach().to(torch::kCPU, torch::kFloat).contiguous(); };
+  std::vector<Entry> out;
+  out.push_back({"transformer.wte.weight", c(model->wte->weight.narrow(0, 0, vocab))});
+  out.push_back({"transformer.wpe.weight", c(model->wpe->weight)});
+  int i = 0;
+  for (const auto& m : *model->blocks) {
+    auto* b = m->as<Gpt2BlockImpl>();
+    std::string p = "transformer.h." + std::to_string(i++) + ".";
+    out.push_back({p + "ln_1.weight", c(b->ln1->weight)});
+    out.push_back({p + "ln_1.bias", c(b->ln1->bias)});
+    out.push_back({p + "attn.c_attn.weight", c(b->attn_qkv->weight.t())});
+    out.push_back({p + "attn.c_attn.bias", c(b->attn_qkv->bias)});
+    out.push_back({p + "attn.c_proj.weight", c(b->attn_proj->weight.t())});
+    out.push_back({p + "attn.c_proj.bias", c(b->attn_proj->bias)});
+    out.push_back({p + "ln_2.weight", c(b->ln2->weight)});
+    out.push_back({p + "ln_2.bias", c(b->ln2->bias)});
+    out.push_back({p + "mlp.c_fc.weight", c(b->mlp_fc->weight.t())});
+    out.push_back({p + "mlp.c_fc.bias", c(b->mlp_fc->bias)});
+    out.push_back({p + "mlp.c_proj.weight", c(b->mlp_proj->weight.t())});
+    out.push_back({p + "mlp.c_proj.bias", c(b->mlp_proj->bias)});
+  }
+  out.push_back({"transformer.ln_f.weight", c(model->ln_f->weight)});
+  out.push_back({"transformer.ln_f.bias", c(model->ln_f->bias)});
+  return out;
+}
+
+}  // namespace
+
+void export_hf(Gpt2& model, int64_t vocab, const std::string& dir) {
+  std::filesystem::create_directories(dir);
+  const Gpt2Config& cfg = model->config();
+  std::string config = "{\n  \"architectures\": [\"GPT2LMHeadModel\"],\n  \"model_type\": \"gpt2\",\n  \"vocab_size\": " +
+                       std::to_string(vocab) + ",\n  \"n_positions\": " + std::to_string(cfg.max_positions) +
+                       ",\n  \"n_ctx\": " + std::to_string(cfg.max_positions) + ",\n  \"n_embd\": " + std::to_string(cfg.hidden) +
+                       ",\n  \"n_layer\": " + std::to_string(cfg.num_layers) + ",\n  \"n_head\": " + std::to_string(cfg.heads) +
+                       ",\n  \"n_inner\": null,\n  \"activation_function\": \"gelu_new\",\n  \"layer_norm_epsilon\": 1e-05,\n"
+                       "  \"initializer_range\": " + std::to_string(cfg.init_std) +
+                       ",\n  \"resid_pdrop\": 0.0,\n  \"embd_pdrop\": 0.0,\n  \"attn_pdrop\": 0.0,\n  \"tie_word_embeddings\": true,\n"
+                       "  \"bos_token_id\": " + std::to_string(vocab - 1) + ",\n  \"eos_token_id\": " + std::to_string(vocab - 1) +
+                       ",\n  \"torch_dtype\": \"float32\"\n}\n";
+  write_file_atomic((std::filesystem::path(dir) / "config.json").string(), config);
+  auto tensors = hf_tensors(model, vocab);
+  std::string header = "{\"__metadata__\": {\"format\": \"pt\"}";
+  uint64_t offset = 0;
+  for (const auto& e : tensors) {
+    uint64_t bytes = static_cast<uint64_t>(e.t.numel()) * 4;
+    header += ", \"" + e.name + "\": {\"dtype\": \"F32\", \"shape\": [";
+    for (int64_t d = 0; d < e.t.dim(); ++d) header += (d ? ", " : "") + std::to_string(e.t.size(d));
+    header += "], \"data_offsets\": [" + std::to_string(offset) + ", " + std::to_string(offset + bytes) + "]}";
+    offset += bytes;
+  }
+  header += "}";
+  while (header.size() % 8) header += ' ';  // align the data to 8 bytes, as safetensors writers do
+  OutputFile out((std::filesystem::path(dir) / "model.safetensors").string());
+  uint64_t n = header.size();
+  out.write(&n, 8);
+  out.write(header);
+  for (const auto& e : tensors) out.write(e.t.data_ptr<float>(), static_cast<size_t>(e.t.numel()) * 4);
+  out.commit();
+}
+
+Gpt2 import_hf(const std::string& dir, int64_t divisible_by) {
+  std::string cfg_path = (std::filesystem::path(dir) / "config.json").string();
+  std::string st_path = (std::filesystem::path(dir) / "model.safetensors").string();
+  std::string cfg = read_file(cfg_path);
+  auto field = [&](const char* key) -> int64_t {
+    std::smatch m;
+    std::regex re(std::string("\"") + key + "\"\\s*:\\s*(-?[0-9]+)");
+    if (!std::regex_search(cfg, m, re)) throw Error(ErrorKind::Format, "%s: no integer field '%s'", cfg_path.c_str(), key);
+    return std::stoll(m[1]);
+  };
+  const int64_t vocab = field("vocab_size"), padded = (vocab + divisible_by - 1) / divisible_by * divisible_by;
+  Gpt2Config c{.vocab_size = padded, .max_positions = field("n_positions"), .num_layers = field("n_layer"),
+               .hidden = field("n_embd"), .heads = field("n_head"), .hidden_dropout = 0, .attention_dropout = 0};
+  Gpt2 model(c);
+  std::string data = read_file(st_path);
+  if (data.size() < 8) throw Error(ErrorKind::Format, "%s: truncated", st_path.c_str());
+  uint64_t n;
+  std::memcpy(&n, data.data(), 8);
+  if (n > data.size() - 8) throw Error(ErrorKind::Format, "%s: header length %lu beyond the file", st_path.c_str(), (unsigned long)n);
+  std::string header = data.substr(8, n);
+  const char* base = data.data() + 8 + n;
+  const uint64_t data_bytes = data.size() - 8 - n;
+  // name -> (begin, end) from the header; float32 only.
+  std::map<std::string, std::pair<uint64_t, uint64_t>> where;
+  std::regex entry("\"([^\"]+)\"\\s*:\\s*\\{\\s*\"dtype\"\\s*:\\s*\"([A-Z0-9]+)\"[^}]*\"data_offsets\"\\s*:\\s*\\[\\s*([0-9]+)\\s*,\\s*([0-9]+)\\s*\\]");
+  for (auto it = std::sregex_iterator(header.begin(), header.end(), entry); it != std::sregex_iterator(); ++it) {
+    if ((*it)[2] != "F32") throw Error(ErrorKind::Format, "%s: tensor %s is %s; only F32 is supported", st_path.c_str(),
+                                       (*it)[1].str().c_str(), (*it)[2].str().c_str());
+    where[(*it)[1]] = {std::stoull((*it)[3]), std::stoull((*it)[4])};
+  }
+  auto copy = [&](const std::string& name, torch::Tensor dst, bool transpose) {
+    auto it = where.find(name);
+    if (it == where.end()) throw Error(ErrorKind::Format, "%s: missing tensor %s", st_path.c_str(), name.c_str());
+    auto [b, e] = it->second;
+    torch::Tensor target = transpose ? dst.t() : dst;
+    if (e > data_bytes || e - b != static_cast<uint64_t>(target.numel()) * 4)
+      throw Error(ErrorKind::Format, "%s: tensor %s has %lu bytes, expected %ld", st_path.c_str(), name.c_str(),
+                  (unsigned long)(e - b), (long)(target.numel() * 4));
+    auto src = torch::from_blob(const_cast<char*>(base + b), target.sizes(), torch::kFloat);
+    torch::NoGradGuard no_grad;
+    target.copy_(src);
+  };
+  torch::NoGradGuard no_grad;
+  model->wte->weight.zero_();
+  copy("transformer.wte.weight", model->wte->weight.narrow(0, 0, vocab), false);
+  copy("transformer.wpe.weight", model->wpe->weight, false);
+  int i = 0;
+  for (const auto& m : *model->blocks) {
+    auto* b = m->as<Gpt2BlockImpl>();
+    std::string p = "transformer.h." + std::to_string(i++) + ".";
+    copy(p + "ln_1.weight", b->ln1->weight, false);
+    copy(p + "ln_1.bias", b->ln1->bias, false);
+    copy(p + "attn.c_attn.weight", b->attn_qkv->weight, true);
+    copy(p + "attn.c_attn.bias", b->attn_qkv->bias, false);
+    copy(p + "attn.c_proj.weight", b->attn_proj->weight, true);
+    copy(p + "attn.c_proj.bias", b->attn_proj->bias, false);
+    copy(p + "ln_2.weight", b->ln2->weight, false);
+    copy(p + "ln_2.bias", b->ln2->bias, false);
+    copy(p + "mlp.c_fc.weight", b->mlp_fc->weight, true);
+    copy(p + "mlp.c_fc.bias", b->mlp_fc->bias, false);
+    copy(p + "mlp.c_proj.weight", b->mlp_proj->weight, true);
+    copy(p + "mlp.c_proj.bias", b->mlp_proj->bias, false);
+  }
+  copy("transformer.ln_f.weight", model->ln_f->weight, false);
+  copy("transformer.ln_f.bias", model->ln_f->bias, false);
+  model->eval();
+  return model;
+}
+
+}  // namespace zlm::trainer
