@@ -12,36 +12,33 @@ namespace zlm::trainer {
 
 namespace {
 
-struct Entry {
+// One parameter in Hugging Face's naming: our tensor, and whether HF stores its transpose (Conv1D).
+struct Mapped {
   std::string name;
-  torch::Tensor t;  // float32, contiguous, CPU
+  torch::Tensor ours;
+  bool transposed;
 };
 
-std::vector<Entry> hf_tensors(Gpt2& model, int64_t vocab) {
-  torch::NoGradGuard no_grad;
-  auto c = [](const torch::Tensor& t) { return t.detach().to(torch::kCPU, torch::kFloat).contiguous(); };
-  std::vector<Entry> out;
-  out.push_back({"transformer.wte.weight", c(model->wte->weight.narrow(0, 0, vocab))});
-  out.push_back({"transformer.wpe.weight", c(model->wpe->weight)});
+// The single table of names: export and import both walk it.
+std::vector<Mapped> hf_layout(Gpt2& model, int64_t vocab) {
+  std::vector<Mapped> out;
+  out.push_back({"transformer.wte.weight", model->wte->weight.narrow(0, 0, vocab), false});
+  out.push_back({"transformer.wpe.weight", model->wpe->weight, false});
   int i = 0;
   for (const auto& m : *model->blocks) {
     auto* b = m->as<Gpt2BlockImpl>();
     std::string p = "transformer.h." + std::to_string(i++) + ".";
-    out.push_back({p + "ln_1.weight", c(b->ln1->weight)});
-    out.push_back({p + "ln_1.bias", c(b->ln1->bias)});
-    out.push_back({p + "attn.c_attn.weight", c(b->attn_qkv->weight.t())});
-    out.push_back({p + "attn.c_attn.bias", c(b->attn_qkv->bias)});
-    out.push_back({p + "attn.c_proj.weight", c(b->attn_proj->weight.t())});
-    out.push_back({p + "attn.c_proj.bias", c(b->attn_proj->bias)});
-    out.push_back({p + "ln_2.weight", c(b->ln2->weight)});
-    out.push_back({p + "ln_2.bias", c(b->ln2->bias)});
-    out.push_back({p + "mlp.c_fc.weight", c(b->mlp_fc->weight.t())});
-    out.push_back({p + "mlp.c_fc.bias", c(b->mlp_fc->bias)});
-    out.push_back({p + "mlp.c_proj.weight", c(b->mlp_proj->weight.t())});
-    out.push_back({p + "mlp.c_proj.bias", c(b->mlp_proj->bias)});
+    struct Item { const char* suffix; torch::Tensor t; bool tr; };
+    for (const Item& it : {Item{"ln_1.weight", b->ln1->weight, false}, Item{"ln_1.bias", b->ln1->bias, false},
+                           Item{"attn.c_attn.weight", b->attn_qkv->weight, true}, Item{"attn.c_attn.bias", b->attn_qkv->bias, false},
+                           Item{"attn.c_proj.weight", b->attn_proj->weight, true}, Item{"attn.c_proj.bias", b->attn_proj->bias, false},
+                           Item{"ln_2.weight", b->ln2->weight, false}, Item{"ln_2.bias", b->ln2->bias, false},
+                           Item{"mlp.c_fc.weight", b->mlp_fc->weight, true}, Item{"mlp.c_fc.bias", b->mlp_fc->bias, false},
+                           Item{"mlp.c_proj.weight", b->mlp_proj->weight, true}, Item{"mlp.c_proj.bias", b->mlp_proj->bias, false}})
+      out.push_back({p + it.suffix, it.t, it.tr});
   }
-  out.push_back({"transformer.ln_f.weight", c(model->ln_f->weight)});
-  out.push_back({"transformer.ln_f.bias", c(model->ln_f->bias)});
+  out.push_back({"transformer.ln_f.weight", model->ln_f->weight, false});
+  out.push_back({"transformer.ln_f.bias", model->ln_f->bias, false});
   return out;
 }
 
@@ -60,7 +57,18 @@ void export_hf(Gpt2& model, int64_t vocab, const std::string& dir) {
                        "  \"bos_token_id\": " + std::to_string(vocab - 1) + ",\n  \"eos_token_id\": " + std::to_string(vocab - 1) +
                        ",\n  \"torch_dtype\": \"float32\"\n}\n";
   write_file_atomic((std::filesystem::path(dir) / "config.json").string(), config);
-  auto tensors = hf_tensors(model, vocab);
+  struct Entry {
+    std::string name;
+    torch::Tensor t;  // float32, contiguous, CPU, in HF's orientation
+  };
+  std::vector<Entry> tensors;
+  {
+    torch::NoGradGuard no_grad;
+    for (const Mapped& m : hf_layout(model, vocab)) {
+      torch::Tensor t = m.transposed ? m.ours.t() : m.ours;
+      tensors.push_back({m.name, t.detach().to(torch::kCPU, torch::kFloat).contiguous()});
+    }
+  }
   std::string header = "{\"__metadata__\": {\"format\": \"pt\"}";
   uint64_t offset = 0;
   for (const auto& e : tensors) {
@@ -123,28 +131,8 @@ Gpt2 import_hf(const std::string& dir, int64_t divisible_by) {
     target.copy_(src);
   };
   torch::NoGradGuard no_grad;
-  model->wte->weight.zero_();
-  copy("transformer.wte.weight", model->wte->weight.narrow(0, 0, vocab), false);
-  copy("transformer.wpe.weight", model->wpe->weight, false);
-  int i = 0;
-  for (const auto& m : *model->blocks) {
-    auto* b = m->as<Gpt2BlockImpl>();
-    std::string p = "transformer.h." + std::to_string(i++) + ".";
-    copy(p + "ln_1.weight", b->ln1->weight, false);
-    copy(p + "ln_1.bias", b->ln1->bias, false);
-    copy(p + "attn.c_attn.weight", b->attn_qkv->weight, true);
-    copy(p + "attn.c_attn.bias", b->attn_qkv->bias, false);
-    copy(p + "attn.c_proj.weight", b->attn_proj->weight, true);
-    copy(p + "attn.c_proj.bias", b->attn_proj->bias, false);
-    copy(p + "ln_2.weight", b->ln2->weight, false);
-    copy(p + "ln_2.bias", b->ln2->bias, false);
-    copy(p + "mlp.c_fc.weight", b->mlp_fc->weight, true);
-    copy(p + "mlp.c_fc.bias", b->mlp_fc->bias, false);
-    copy(p + "mlp.c_proj.weight", b->mlp_proj->weight, true);
-    copy(p + "mlp.c_proj.bias", b->mlp_proj->bias, false);
-  }
-  copy("transformer.ln_f.weight", model->ln_f->weight, false);
-  copy("transformer.ln_f.bias", model->ln_f->bias, false);
+  model->wte->weight.zero_();  // the padding rows
+  for (const Mapped& m : hf_layout(model, vocab)) copy(m.name, m.ours, m.transposed);
   model->eval();
   return model;
 }
