@@ -1,10 +1,13 @@
 #include "formats/gpt_dataset.h"
 
 #include <cmath>
+#include <cstring>
+#include <filesystem>
 #include <cstdlib>
 #include <string>
 
 #include "common/error.h"
+#include "formats/npy.h"
 
 namespace zlm::formats {
 
@@ -148,6 +151,94 @@ std::vector<int64_t> gpt_sample(const MegatronReader& data, const GptIndex& ix, 
   auto t = data.sequence_tokens(doc(p1), 0, o1 + 1);
   out.insert(out.end(), t.begin(), t.end());
   return out;
+}
+
+std::string gpt_index_cache_prefix(const std::string& prefix, const std::string& split, int64_t ns, int64_t sl, uint32_t seed) {
+  return prefix + "_" + split + "_indexmap_" + std::to_string(ns) + "ns_" + std::to_string(sl) + "sl_" + std::to_string(seed) + "s";
+}
+
+namespace {
+
+template <typename T>
+std::vector<int64_t> widen(const NpyArray& a) {
+  std::vector<int64_t> out(static_cast<size_t>(a.count()));
+  for (size_t i = 0; i < out.size(); ++i) {
+    T v;
+    std::memcpy(&v, a.data.data() + i * sizeof(T), sizeof(T));
+    out[i] = static_cast<int64_t>(v);
+  }
+  return out;
+}
+
+std::vector<int64_t> npy_ints(const NpyArray& a) {
+  if (a.descr == "<i4") return widen<int32_t>(a);
+  if (a.descr == "<u4") return widen<uint32_t>(a);
+  if (a.descr == "<i8") return widen<int64_t>(a);
+  throw Error(ErrorKind::Format, "unexpected dtype %s", a.descr.c_str());
+}
+
+template <typename T>
+std::string narrow_bytes(const std::vector<int64_t>& v) {
+  std::string out(v.size() * sizeof(T), '\0');
+  for (size_t i = 0; i < v.size(); ++i) {
+    T x = static_cast<T>(v[i]);
+    std::memcpy(out.data() + i * sizeof(T), &x, sizeof(T));
+  }
+  return out;
+}
+
+}  // namespace
+
+GptIndex build_gpt_index_cached(const MegatronReader& data, DocRange docs, const std::string& split_name, int64_t num_samples,
+                                int64_t seq_length, uint32_t seed, bool* loaded, std::string* cache_error,
+                                const std::string& cache_dir) {
+  *loaded = false;
+  std::string prefix = data.prefix();
+  if (!cache_dir.empty()) {
+    std::filesystem::create_directories(cache_dir);
+    prefix = (std::filesystem::path(cache_dir) / std::filesystem::path(prefix).filename()).string();
+  }
+  const std::string base = gpt_index_cache_prefix(prefix, split_name, num_samples, seq_length, seed);
+  const std::string f_doc = base + "_doc_idx.npy", f_sample = base + "_sample_idx.npy", f_shuffle = base + "_shuffle_idx.npy";
+  std::error_code ec;
+  if (std::filesystem::exists(f_doc, ec) && std::filesystem::exists(f_sample, ec) && std::filesystem::exists(f_shuffle, ec)) {
+    try {
+      GptIndex ix;
+      ix.seq_length = seq_length;
+      for (int64_t d = docs.begin; d < docs.end; ++d) ix.tokens_per_epoch += data.size(static_cast<uint64_t>(d));
+      ix.num_epochs = gpt_num_epochs(ix.tokens_per_epoch, seq_length, num_samples);
+      NpyArray doc = read_npy(f_doc), sample = read_npy(f_sample), shuffle = read_npy(f_shuffle);
+      std::vector<int64_t> d = npy_ints(doc);
+      ix.doc_idx.assign(d.begin(), d.end());
+      ix.sample_idx = npy_ints(sample);
+      ix.shuffle_idx = npy_ints(shuffle);
+      bool ok = sample.shape.size() == 2 && sample.shape[1] == 2 && sample.shape[0] == ix.num_samples() + 1 &&
+                static_cast<int64_t>(ix.doc_idx.size()) == ix.num_epochs * docs.size();
+      for (int32_t v : ix.doc_idx) ok = ok && v >= docs.begin && v < docs.end;
+      if (ok) {
+        *loaded = true;
+        return ix;
+      }
+    } catch (const Error&) {
+    }
+  }
+  GptIndex ix = build_gpt_index(data, docs, num_samples, seq_length, seed);
+  try {
+    const int64_t S = ix.num_samples();
+    std::vector<int64_t> d(ix.doc_idx.begin(), ix.doc_idx.end());
+    std::string db = narrow_bytes<int32_t>(d);
+    write_npy(f_doc, "<i4", {static_cast<int64_t>(d.size())}, db.data(), db.size());
+    int64_t max_sample = 0;
+    for (int64_t v : ix.sample_idx) max_sample = std::max(max_sample, v);
+    std::string sb = max_sample <= INT32_MAX ? narrow_bytes<int32_t>(ix.sample_idx) : narrow_bytes<int64_t>(ix.sample_idx);
+    write_npy(f_sample, max_sample <= INT32_MAX ? "<i4" : "<i8", {S + 1, 2}, sb.data(), sb.size());
+    bool small = S < static_cast<int64_t>(UINT32_MAX) - 1;
+    std::string hb = small ? narrow_bytes<uint32_t>(ix.shuffle_idx) : narrow_bytes<int64_t>(ix.shuffle_idx);
+    write_npy(f_shuffle, small ? "<u4" : "<i8", {S}, hb.data(), hb.size());
+  } catch (const Error& e) {
+    if (cache_error) *cache_error = e.what();
+  }
+  return ix;
 }
 
 std::vector<double> normalize_blend_weights(std::span<const double> weights) {

@@ -74,6 +74,20 @@ GptIndex build_gpt_index(const MegatronReader& data, DocRange docs, int64_t num_
 // Same from the per-document token counts alone (tests, and data without a reader).
 GptIndex build_gpt_index(std::span<const int32_t> sizes, DocRange docs, int64_t num_samples, int64_t seq_length, uint32_t seed);
 
+// Megatron's legacy index cache next to the data (megatron-compat.md §5.10):
+// {prefix}_{split_name}_indexmap_{num_samples}ns_{seq_length}sl_{seed}s_{doc,sample,shuffle}_idx.npy
+// (doc_idx int32, sample_idx int32 (S+1, 2), shuffle_idx uint32; int64 where
+// the values need it). Loads the three files when they exist and are
+// consistent, otherwise builds the index and writes them (atomically). Sets
+// *loaded. A failed write (read-only data directory) is not an error: the
+// index is returned all the same and *cache_error says why.
+// `cache_dir` (Megatron's --data-cache-path) replaces the data's directory when not empty.
+GptIndex build_gpt_index_cached(const MegatronReader& data, DocRange docs, const std::string& split_name, int64_t num_samples,
+                                int64_t seq_length, uint32_t seed, bool* loaded, std::string* cache_error,
+                                const std::string& cache_dir = "");
+std::string gpt_index_cache_prefix(const std::string& data_prefix, const std::string& split_name, int64_t num_samples,
+                                   int64_t seq_length, uint32_t seed);
+
 // Sample i (0 <= i < num_samples): seq_length + 1 token ids.
 std::vector<int64_t> gpt_sample(const MegatronReader& data, const GptIndex& index, int64_t i);
 

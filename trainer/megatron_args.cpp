@@ -88,6 +88,7 @@ std::map<std::string, Spec> specs() {
   str("--save", &TrainArgs::save, "checkpoint directory to write");
   str("--load", &TrainArgs::load, "checkpoint directory to resume from");
   str("--distributed-backend", &TrainArgs::distributed_backend, "nccl or gloo");
+  str("--data-cache-path", &TrainArgs::data_cache_path, "directory for the index caches (default: next to the data)");
   str("--metrics-out", &TrainArgs::metrics_out, "JSON lines of every logged metric (default: <save>/metrics.jsonl)");
   str("--device", &TrainArgs::device, "zerolm: auto, cpu or cuda");
   flag("--fp16", &TrainArgs::fp16, "fp16 with dynamic loss scaling (CUDA)");
@@ -118,7 +119,7 @@ const std::set<std::string>& unsupported() {
       "--deepspeed_config", "--zero-stage", "--loss-scale", "--initial-loss-scale", "--recompute-granularity",
       "--recompute-method", "--use-flash-attn", "--position-embedding-type", "--swiglu", "--untie-embeddings-and-output-weights",
       "--ffn-hidden-size", "--kv-channels", "--group-query-attention", "--num-query-groups", "--tensorboard-dir",
-      "--data-cache-path", "--eod-mask-loss", "--reset-position-ids", "--reset-attention-mask", "--finetune",
+      "--eod-mask-loss", "--reset-position-ids", "--reset-attention-mask", "--finetune",
       "--no-load-optim", "--no-load-rng", "--use-checkpoint-args", "--fp32-residual-connection", "--apply-query-key-layer-scaling",
       "--attention-softmax-in-fp32", "--accumulate-allreduce-grads-in-fp32", "--DDP-impl", "--num-workers",
       "--lr-warmup-samples", "--lr-decay-samples", "--train-data-path", "--valid-data-path", "--test-data-path"};

@@ -65,7 +65,8 @@ std::pair<int64_t, int64_t> read_vocab(const std::string& path) {
 class SampleSource {
  public:
   SampleSource(const std::vector<std::unique_ptr<MegatronReader>>& readers, const std::vector<double>& weights,
-               const std::string& split, int split_index, int64_t num_samples, int64_t seq_length, uint32_t seed)
+               const std::string& split, int split_index, int64_t num_samples, int64_t seq_length, uint32_t seed,
+               const std::string& cache_dir)
       : readers_(readers) {
     if (num_samples <= 0) return;
     std::vector<int64_t> targets = readers.size() == 1 ? std::vector<int64_t>{num_samples}
@@ -76,7 +77,13 @@ class SampleSource {
         indexes_.emplace_back();
         continue;
       }
-      indexes_.push_back(std::make_unique<GptIndex>(formats::build_gpt_index(*readers[d], ranges[split_index], targets[d], seq_length, seed)));
+      static const char* kNames[3] = {"train", "valid", "test"};
+      bool loaded = false;
+      std::string why;
+      indexes_.push_back(std::make_unique<GptIndex>(formats::build_gpt_index_cached(
+          *readers[d], ranges[split_index], kNames[split_index], targets[d], seq_length, seed, &loaded, &why, cache_dir)));
+      if (loaded) ZLM_LOG_INF(" > loaded %s index cache of %s", kNames[split_index], readers[d]->prefix().c_str());
+      if (!why.empty()) ZLM_LOG_WRN("could not write the %s index cache (%s); continuing without it", kNames[split_index], why.c_str());
     }
     if (readers.size() > 1) {
       int64_t total = 0;
@@ -261,9 +268,9 @@ int train(const TrainArgs& a) {
   ZLM_LOG_INF("    train:      %ld", (long)a.train_samples_total());
   ZLM_LOG_INF("    validation: %ld", (long)a.valid_samples());
   ZLM_LOG_INF("    test:       %ld", (long)a.test_samples());
-  SampleSource train_src(readers, weights, a.split, 0, a.train_samples_total(), a.seq_length, a.seed);
-  SampleSource valid_src(readers, weights, a.split, 1, a.valid_samples(), a.seq_length, a.seed);
-  SampleSource test_src(readers, weights, a.split, 2, a.test_samples(), a.seq_length, a.seed);
+  SampleSource train_src(readers, weights, a.split, 0, a.train_samples_total(), a.seq_length, a.seed, a.data_cache_path);
+  SampleSource valid_src(readers, weights, a.split, 1, a.valid_samples(), a.seq_length, a.seed, a.data_cache_path);
+  SampleSource test_src(readers, weights, a.split, 2, a.test_samples(), a.seq_length, a.seed, a.data_cache_path);
   if (train_src.empty()) throw Error(ErrorKind::Usage, "--split '%s' leaves no training documents", a.split.c_str());
 
   Gpt2Config cfg{.vocab_size = padded, .max_positions = a.max_position_embeddings, .num_layers = a.num_layers,

@@ -20,7 +20,7 @@ common=(--num-layers 2 --hidden-size 64 --num-attention-heads 4 --micro-batch-si
         --min-lr 0.0003 --lr-warmup-iters 20 --weight-decay 0.01 --clip-grad 1.0
         --data-path $DATA/meg-gpt2-openwebtext_text_document --vocab-file $DATA/gpt2-tiny-vocab.json
         --merge-file $DATA/gpt2-tiny-merges.txt --split 949,50,1 --log-interval 50 --eval-interval 100
-        --eval-iters 5 --hidden-dropout 0 --attention-dropout 0 --seed 1234)
+        --eval-iters 5 --hidden-dropout 0 --attention-dropout 0 --seed 1234 --data-cache-path $W/cache)
 $BIN/pretrain_gpt "${common[@]}" --save full > full.log 2>&1
 first=$(grep -m1 'validation loss at iteration' full.log | sed 's/.*lm loss value: \([^ ]*\).*/\1/')
 last=$(grep 'validation loss at the end of training for val' full.log | sed 's/.*lm loss value: \([^ ]*\).*/\1/')
@@ -33,6 +33,7 @@ $BIN/pretrain_gpt "${common[@]}" --save part --exit-interval 150 > part1.log 2>&
 [[ "$(cat part/latest_checkpointed_iteration.txt)" == 150 ]] && [[ -f part/iter_0000150/mp_rank_00/model_optim_rng.pt ]]
 $BIN/pretrain_gpt "${common[@]}" --save part --load part > part2.log 2>&1
 grep -q 'loading checkpoint from part at iteration 150' part2.log
+grep -q 'loaded train index cache' part2.log && ls $W/cache/meg-gpt2-openwebtext_text_document_train_indexmap_2400ns_64sl_1234s_doc_idx.npy >/dev/null
 for it in 200 250 300; do
   a=$(grep " iteration *$it/" full.log | sed 's/.*lm loss: \([^ ]*\).*/\1/')
   b=$(grep " iteration *$it/" part2.log | sed 's/.*lm loss: \([^ ]*\).*/\1/')

@@ -23,7 +23,7 @@ run(os.path.join(bins, "pretrain_gpt"), "--num-layers", "2", "--hidden-size", "6
     "--micro-batch-size", "2", "--global-batch-size", "2", "--seq-length", "32", "--max-position-embeddings", "48",
     "--train-iters", "5", "--lr", "0.001", "--data-path", os.path.join(data, "meg-gpt2-openwebtext_text_document"),
     "--vocab-file", os.path.join(data, "gpt2-tiny-vocab.json"), "--split", "949,50,1", "--log-interval", "5",
-    "--eval-interval", "100", "--eval-iters", "1", "--save", "ckpt")
+    "--eval-interval", "100", "--eval-iters", "1", "--save", "ckpt", "--data-cache-path", "cache")
 tokens = [464, 1748, 286, 1234, 13, 383, 2066, 4999, 7, 11]
 tok = " ".join(map(str, tokens))
 vocab = [os.path.join(data, "gpt2-tiny-vocab.json"), os.path.join(data, "gpt2-tiny-merges.txt")]

@@ -1,4 +1,7 @@
 #include "formats/gpt_dataset.h"
+#include "formats/npy.h"
+
+#include <filesystem>
 
 #include <simdjson.h>
 
@@ -123,6 +126,50 @@ TEST(BlendIndex, SpecExamples) {
   std::vector<double> raw3{1, 1, 2};
   b = build_blend_index(normalize_blend_weights(raw3), 12);
   EXPECT_EQ(b.dataset, (std::vector<uint8_t>{2, 0, 1, 2, 0, 2, 1, 2, 0, 2, 1, 2}));
+}
+
+}  // namespace
+}  // namespace zlm::formats
+
+namespace zlm::formats {
+namespace {
+
+// numpy.save's bytes for np.array([1, 2, 3], dtype=np.int32) (numpy >= 1.x, 64-byte aligned header).
+TEST(Npy, HeaderBytesAsNumpyWritesThem) {
+  int32_t v[3] = {1, 2, 3};
+  std::string b = npy_bytes("<i4", {3}, v, sizeof v);
+  std::string header = "{'descr': '<i4', 'fortran_order': False, 'shape': (3,), }";
+  ASSERT_EQ(b.substr(0, 8), std::string("\x93NUMPY\x01\x00", 8));
+  EXPECT_EQ(b.substr(10, header.size()), header);
+  EXPECT_EQ((b.size() - sizeof v) % 64, 0u);
+  EXPECT_EQ(b[b.size() - sizeof v - 1], '\n');
+  EXPECT_NE(npy_bytes("<i4", {3, 2}, v, 0).find("'shape': (3, 2)"), std::string::npos);
+}
+
+TEST(GptIndexCache, WritesMegatronNamedNpyAndLoadsThemBack) {
+  test::TempDir dir;
+  for (const char* ext : {".bin", ".idx"})
+    std::filesystem::copy_file(test::data_path(std::string("megatron/meg-gpt2-openwebtext_text_document") + ext), dir.path(std::string("d") + ext));
+  MegatronReader data(dir.path("d"));
+  auto ranges = split_ranges_legacy("949,50,1", data.num_sequences());
+  bool loaded = true;
+  std::string why;
+  GptIndex built = build_gpt_index_cached(data, ranges[1], "valid", 800, 1024, 1234, &loaded, &why);
+  EXPECT_FALSE(loaded);
+  EXPECT_TRUE(why.empty()) << why;
+  std::string base = dir.path("d_valid_indexmap_800ns_1024sl_1234s");
+  EXPECT_TRUE(std::filesystem::exists(base + "_doc_idx.npy"));
+  EXPECT_EQ(read_npy(base + "_shuffle_idx.npy").descr, "<u4");
+  GptIndex again = build_gpt_index_cached(data, ranges[1], "valid", 800, 1024, 1234, &loaded, &why);
+  EXPECT_TRUE(loaded);
+  EXPECT_EQ(again.doc_idx, built.doc_idx);
+  EXPECT_EQ(again.sample_idx, built.sample_idx);
+  EXPECT_EQ(again.shuffle_idx, built.shuffle_idx);
+  // A damaged cache is rebuilt, not trusted.
+  test::spit(base + "_sample_idx.npy", "garbage");
+  GptIndex third = build_gpt_index_cached(data, ranges[1], "valid", 800, 1024, 1234, &loaded, &why);
+  EXPECT_FALSE(loaded);
+  EXPECT_EQ(third.shuffle_idx, built.shuffle_idx);
 }
 
 }  // namespace
