@@ -76,6 +76,11 @@ std::map<std::string, Spec> specs() {
   dbl("--adam-beta1", &TrainArgs::adam_beta1, "Adam beta1");
   dbl("--adam-beta2", &TrainArgs::adam_beta2, "Adam beta2");
   dbl("--adam-eps", &TrainArgs::adam_eps, "Adam epsilon");
+  dbl("--loss-scale", &TrainArgs::loss_scale, "static fp16 loss scale (default: dynamic)");
+  dbl("--initial-loss-scale", &TrainArgs::initial_loss_scale, "first dynamic loss scale");
+  dbl("--min-loss-scale", &TrainArgs::min_loss_scale, "smallest dynamic loss scale");
+  i64("--loss-scale-window", &TrainArgs::loss_scale_window, "clean steps before the dynamic scale doubles");
+  i64("--hysteresis", &TrainArgs::hysteresis, "overflows tolerated before the scale halves");
   dbl("--init-method-std", &TrainArgs::init_method_std, "weight init std");
   dbl("--hidden-dropout", &TrainArgs::hidden_dropout, "dropout after attention/MLP and embeddings");
   dbl("--attention-dropout", &TrainArgs::attention_dropout, "dropout on attention weights");
@@ -116,7 +121,7 @@ std::map<std::string, Spec> specs() {
 const std::set<std::string>& unsupported() {
   static const std::set<std::string> s = {
       "--num-layers-per-virtual-pipeline-stage", "--sequence-parallel", "--use-distributed-optimizer", "--deepspeed",
-      "--deepspeed_config", "--zero-stage", "--loss-scale", "--initial-loss-scale", "--recompute-granularity",
+      "--deepspeed_config", "--zero-stage", "--recompute-granularity",
       "--recompute-method", "--use-flash-attn", "--position-embedding-type", "--swiglu", "--untie-embeddings-and-output-weights",
       "--ffn-hidden-size", "--kv-channels", "--group-query-attention", "--num-query-groups", "--tensorboard-dir",
       "--eod-mask-loss", "--reset-position-ids", "--reset-attention-mask", "--finetune",

@@ -32,6 +32,9 @@ struct TrainArgs {
   std::string lr_decay_style = "linear";
   double adam_beta1 = 0.9, adam_beta2 = 0.999, adam_eps = 1e-8;
   bool fp16 = false, bf16 = false;
+  double loss_scale = 0;                 // static loss scale; 0 = dynamic
+  double initial_loss_scale = 4294967296.0, min_loss_scale = 1.0;
+  int64_t loss_scale_window = 1000, hysteresis = 2;
   uint32_t seed = 1234;
   // data
   std::vector<std::pair<double, std::string>> data_path;  // (weight, prefix)

@@ -15,6 +15,7 @@
 #include "common/output_file.h"
 #include "formats/gpt_dataset.h"
 #include "trainer/gpt2_model.h"
+#include "trainer/loss_scaler.h"
 
 namespace zlm::trainer {
 
@@ -245,7 +246,14 @@ int train(const TrainArgs& a) {
   if (!cuda && a.distributed_backend == "nccl")
     ZLM_LOG_WRN("--distributed-backend nccl needs a GPU; training on CPU in one process (gloo)");
   if (!cuda && (a.fp16 || a.bf16)) ZLM_LOG_WRN("--%s on CPU: training in fp32", a.fp16 ? "fp16" : "bf16");
-  if (cuda && a.fp16) throw Error(ErrorKind::Usage, "--fp16 (dynamic loss scaling) is not supported on GPU yet: use --bf16");
+  const bool fp16 = cuda && a.fp16;  // on CPU --fp16 falls back to fp32 (warned above)
+  if (fp16) {  // fp16 autocast; fp32 master weights and Adam; Megatron's loss scaling below
+    at::autocast::set_autocast_dtype(at::kCUDA, at::kHalf);
+    at::autocast::set_autocast_enabled(at::kCUDA, true);
+  }
+  LossScaler scaler(a.loss_scale > 0 ? a.loss_scale : a.initial_loss_scale, a.min_loss_scale, a.loss_scale_window, a.hysteresis,
+                    a.loss_scale <= 0);
+  int64_t skipped_iters = 0, nan_iters = 0;
   if (cuda && a.bf16) {  // bf16 autocast for every forward pass; master weights and Adam stay fp32
     at::autocast::set_autocast_dtype(at::kCUDA, at::kBFloat16);
     at::autocast::set_autocast_enabled(at::kCUDA, true);
@@ -339,15 +347,28 @@ int train(const TrainArgs& a) {
     for (auto& g : opt.param_groups()) static_cast<torch::optim::AdamWOptions&>(g.options()).lr(lr);
     opt.zero_grad();
     double loss_sum = 0;
+    const double loss_mult = fp16 ? scaler.scale() : 1.0;
     for (int64_t m = 0; m < micro; ++m) {
       auto [tok, lab] = batch(train_src, st.consumed_train + m * mbs, mbs, a.seq_length, device);
       auto loss = model->loss(tok, lab);
-      (loss / static_cast<double>(micro)).backward();
+      (loss * (loss_mult / static_cast<double>(micro))).backward();
       loss_sum += loss.item<double>();
+    }
+    if (fp16) {
+      torch::NoGradGuard no_grad;
+      for (auto& p : model->parameters())
+        if (p.grad().defined()) p.grad().div_(loss_mult);
     }
     double grad_norm = a.clip_grad > 0 ? torch::nn::utils::clip_grad_norm_(model->parameters(), a.clip_grad)
                                        : torch::nn::utils::clip_grad_norm_(model->parameters(), 1e30);
-    opt.step();
+    const bool found_inf = !std::isfinite(grad_norm);
+    if (fp16) scaler.update(found_inf);
+    if (found_inf && fp16) {  // Megatron skips the update and counts it
+      ++skipped_iters;
+      nan_iters += !std::isfinite(loss_sum);
+    } else {
+      opt.step();
+    }
     ++st.iteration;
     st.consumed_train += gbs;
     interval_loss += loss_sum / static_cast<double>(micro);
@@ -358,11 +379,12 @@ int train(const TrainArgs& a) {
       double lr_now = megatron_lr(a, st.iteration);
       std::fprintf(stderr,
                    " iteration %8ld/%8ld | consumed samples: %12ld | consumed tokens: %12ld | elapsed time per iteration (s): %.2f | "
-                   "learning rate: %.3E | global batch size: %5ld | lm loss: %.6E | grad norm: %.3f | number of skipped iterations: %3d | "
-                   "number of nan iterations: %3d | samples per second: %.3f | TFLOPs: %.2f |\n",
+                   "learning rate: %.3E | global batch size: %5ld | lm loss: %.6E |%s grad norm: %.3f | number of skipped iterations: %3ld | "
+                   "number of nan iterations: %3ld | samples per second: %.3f | TFLOPs: %.2f |\n",
                    (long)st.iteration, (long)T, (long)st.consumed_train, (long)(st.consumed_train * a.seq_length), secs, lr_now,
-                   (long)gbs, avg, grad_norm, 0, std::isfinite(avg) ? 0 : 1, static_cast<double>(gbs) / secs,
-                   flops_per_iter / secs / 1e12);
+                   (long)gbs, avg, fp16 ? strprintf(" loss scale: %.1f |", scaler.scale()).c_str() : "", grad_norm,
+                   (long)skipped_iters, (long)nan_iters, static_cast<double>(gbs) / secs, flops_per_iter / secs / 1e12);
+      skipped_iters = nan_iters = 0;
       if (metrics)
         *metrics << "{\"iteration\": " << st.iteration << ", \"consumed_samples\": " << st.consumed_train << ", \"lm_loss\": " << avg
                  << ", \"lr\": " << lr_now << ", \"grad_norm\": " << grad_norm << ", \"seconds_per_iteration\": " << secs

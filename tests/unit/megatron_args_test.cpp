@@ -81,3 +81,35 @@ TEST(MegatronArgs, LearningRateSchedule) {
 
 }  // namespace
 }  // namespace zlm::trainer
+
+#include "trainer/loss_scaler.h"
+
+namespace zlm::trainer {
+namespace {
+
+TEST(LossScaler, DynamicBackoffHysteresisAndGrowth) {
+  LossScaler s(1024, 1, /*window=*/3, /*hysteresis=*/2, true);
+  s.update(true);  // first overflow: hysteresis 2 -> 1, scale kept
+  EXPECT_EQ(s.scale(), 1024);
+  s.update(true);  // second: halves
+  EXPECT_EQ(s.scale(), 512);
+  s.update(true);  // hysteresis exhausted: halves again
+  EXPECT_EQ(s.scale(), 256);
+  s.update(false);
+  s.update(false);
+  EXPECT_EQ(s.scale(), 256);
+  s.update(false);  // third clean step in a row: doubles, hysteresis restored
+  EXPECT_EQ(s.scale(), 512);
+  s.update(true);
+  EXPECT_EQ(s.scale(), 512);
+  LossScaler floor(2, 1, 1000, 1, true);
+  for (int i = 0; i < 5; ++i) floor.update(true);
+  EXPECT_EQ(floor.scale(), 1);
+  LossScaler fixed(128, 1, 1, 1, false);
+  fixed.update(true);
+  fixed.update(false);
+  EXPECT_EQ(fixed.scale(), 128);
+}
+
+}  // namespace
+}  // namespace zlm::trainer

@@ -1,0 +1,43 @@
+// Megatron's loss scaling for --fp16 (megatron/core/optimizer/grad_scaler.py),
+// as a pure state machine: the trainer scales the loss by scale(), unscales the
+// gradients, and calls update(found_inf) after each step; a step with inf/nan
+// gradients is skipped.
+//
+// Dynamic (default): start at --initial-loss-scale (2^32); on an overflow the
+// hysteresis counter drops and, when it reaches 0, the scale is multiplied by
+// the backoff factor (0.5) but kept >= --min-loss-scale; after
+// --loss-scale-window (1000) clean steps in a row the scale doubles and the
+// hysteresis (--hysteresis, 2) is restored. Static (--loss-scale S): always S.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+
+namespace zlm::trainer {
+
+class LossScaler {
+ public:
+  LossScaler(double initial, double min_scale, int64_t window, int64_t hysteresis, bool dynamic)
+      : scale_(initial), min_(min_scale), window_(window), hysteresis_(hysteresis), hysteresis_left_(hysteresis), dynamic_(dynamic) {}
+  double scale() const { return scale_; }
+  void update(bool found_inf) {
+    if (!dynamic_) return;
+    if (found_inf) {
+      clean_steps_ = 0;
+      if (--hysteresis_left_ <= 0) scale_ = std::max(scale_ * 0.5, min_);
+      return;
+    }
+    if (++clean_steps_ == window_) {
+      clean_steps_ = 0;
+      hysteresis_left_ = hysteresis_;
+      scale_ *= 2.0;
+    }
+  }
+
+ private:
+  double scale_, min_;
+  int64_t window_, hysteresis_, hysteresis_left_, clean_steps_ = 0;
+  bool dynamic_;
+};
+
+}  // namespace zlm::trainer
