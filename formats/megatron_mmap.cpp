@@ -1,14 +1,12 @@
 #include "formats/megatron_mmap.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <limits>
 #include <memory>
 
 #include "common/error.h"
+#include "common/mapped_file.h"
 #include "common/output_file.h"
 
 namespace zlm::formats {
@@ -47,33 +45,6 @@ std::string bin_path(const std::string& prefix) { return prefix + ".bin"; }
 // ---- reading -----------------------------------------------------------------
 
 namespace {
-
-struct Mapping {
-  const uint8_t* data = nullptr;
-  uint64_t size = 0;
-};
-
-Mapping map_file(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw_errno("cannot open", path);
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    ::close(fd);
-    throw_errno("cannot stat", path);
-  }
-  Mapping m;
-  m.size = static_cast<uint64_t>(st.st_size);
-  if (m.size > 0) {
-    void* p = ::mmap(nullptr, m.size, PROT_READ, MAP_SHARED, fd, 0);
-    if (p == MAP_FAILED) {
-      ::close(fd);
-      throw_errno("cannot mmap", path);
-    }
-    m.data = static_cast<const uint8_t*>(p);
-  }
-  ::close(fd);
-  return m;
-}
 
 template <typename T>
 T load_le(const uint8_t* p) {
@@ -170,26 +141,16 @@ void validate_idx_bytes(const uint8_t* data, uint64_t size, uint64_t bin_size, c
   check_arrays(data, l, bin_size, name);
 }
 
-MegatronReader::MegatronReader(const std::string& prefix) : prefix_(prefix) {
-  Mapping idx = map_file(idx_path(prefix));
-  idx_ = idx.data;
-  idx_size_ = idx.size;
-  try {
-    Mapping bin = map_file(bin_path(prefix));
-    bin_ = bin.data;
-    bin_size_ = bin.size;
-    validate();
-  } catch (...) {
-    if (idx_) ::munmap(const_cast<uint8_t*>(idx_), idx_size_);
-    if (bin_) ::munmap(const_cast<uint8_t*>(bin_), bin_size_);
-    throw;
-  }
+MegatronReader::MegatronReader(const std::string& prefix)
+    : prefix_(prefix), idx_file_(idx_path(prefix)), bin_file_(bin_path(prefix)) {
+  idx_ = idx_file_.data();
+  bin_ = bin_file_.data();
+  idx_size_ = idx_file_.size();
+  bin_size_ = bin_file_.size();
+  validate();
 }
 
-MegatronReader::~MegatronReader() {
-  if (idx_) ::munmap(const_cast<uint8_t*>(idx_), idx_size_);
-  if (bin_) ::munmap(const_cast<uint8_t*>(bin_), bin_size_);
-}
+MegatronReader::~MegatronReader() = default;
 
 void MegatronReader::validate() {
   const std::string name = idx_path(prefix_);

@@ -40,6 +40,8 @@
 #include <string>
 #include <vector>
 
+#include "common/mapped_file.h"
+
 namespace zlm::formats {
 
 enum class DType : uint8_t { UInt8 = 1, Int8 = 2, Int16 = 3, Int32 = 4, Int64 = 5, Float64 = 6, Float32 = 7, UInt16 = 8 };
@@ -98,11 +100,12 @@ class MegatronReader {
   }
   void validate();
   std::string prefix_;
+  MappedFile idx_file_, bin_file_;
   DType dtype_ = DType::UInt16;
   size_t item_size_ = 2;
   uint64_t n_ = 0, m_ = 0, idx_size_ = 0, bin_size_ = 0, total_tokens_ = 0;
   bool multimodal_ = false;
-  const uint8_t* idx_ = nullptr;
+  const uint8_t* idx_ = nullptr;  // idx_file_.data(), bin_file_.data()
   const uint8_t* bin_ = nullptr;
   const uint8_t *sizes_ = nullptr, *pointers_ = nullptr, *doc_idx_ = nullptr, *modes_ = nullptr;
 };

@@ -1,9 +1,5 @@
 #include "formats/signature_file.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 #include <xxhash.h>
 
 #include <cstring>
@@ -32,22 +28,9 @@ T load(const uint8_t* p) {
 }
 }  // namespace
 
-SignatureFileReader::SignatureFileReader(const std::string& path) : path_(path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw_errno("cannot open fingerprint file", path);
-  struct stat st {};
-  ::fstat(fd, &st);
-  size_ = static_cast<uint64_t>(st.st_size);
-  if (size_ > 0) {
-    void* p = ::mmap(nullptr, size_, PROT_READ, MAP_SHARED, fd, 0);
-    if (p == MAP_FAILED) {
-      ::close(fd);
-      throw_errno("cannot mmap", path);
-    }
-    data_ = static_cast<const uint8_t*>(p);
-  }
-  ::close(fd);
-  try {
+SignatureFileReader::SignatureFileReader(const std::string& path)
+    : path_(path), file_(path, "cannot open fingerprint file"), data_(file_.data()), size_(file_.size()) {
+  {
     if (size_ < kHeader + kFooter) bad(path, strprintf("truncated: %lu bytes", (unsigned long)size_));
     if (std::memcmp(data_, kMagic, 8) != 0) bad(path, "byte 0: wrong magic (expected \"ZLMSIG01\")");
     uint32_t version = load<uint32_t>(data_ + 8);
@@ -80,15 +63,10 @@ SignatureFileReader::SignatureFileReader(const std::string& path) : path_(path) 
     }
     if (offset_at(id_offsets_, n_) != id_bytes || offset_at(text_offsets_, n_) != text_bytes)
       bad(path, "offset tables do not end at the section sizes");
-  } catch (...) {
-    if (data_) ::munmap(const_cast<uint8_t*>(data_), size_);
-    throw;
   }
 }
 
-SignatureFileReader::~SignatureFileReader() {
-  if (data_) ::munmap(const_cast<uint8_t*>(data_), size_);
-}
+SignatureFileReader::~SignatureFileReader() = default;
 
 uint64_t SignatureFileReader::offset_at(const uint8_t* table, uint64_t i) const { return load<uint64_t>(table + 8 * i); }
 

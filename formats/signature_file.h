@@ -30,6 +30,7 @@
 #include <string>
 #include <string_view>
 
+#include "common/mapped_file.h"
 #include "common/minhash.h"
 
 namespace zlm::formats {
@@ -55,7 +56,8 @@ class SignatureFileReader {
  private:
   uint64_t offset_at(const uint8_t* table, uint64_t i) const;
   std::string path_;
-  const uint8_t* data_ = nullptr;
+  MappedFile file_;
+  const uint8_t* data_ = nullptr;  // file_.data()
   uint64_t size_ = 0, n_ = 0;
   MinHashParams params_;
   const uint8_t *sigs_ = nullptr, *id_offsets_ = nullptr, *ids_ = nullptr, *texts_ = nullptr, *text_offsets_ = nullptr;

@@ -1,0 +1,35 @@
+// A whole file mapped read-only (mmap), unmapped on destruction.
+//
+//   zlm::MappedFile f("data.idx");           // throws zlm::Error(Io) naming the file
+//   const uint8_t* p = f.data(); uint64_t n = f.size();
+//
+// An empty file maps to data() == nullptr, size() == 0. Movable, not copyable;
+// the mapping is immutable and safe to read from several threads.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace zlm {
+
+class MappedFile {
+ public:
+  MappedFile() = default;
+  // `what` starts the error message ("cannot open fingerprint file '<path>': ...").
+  explicit MappedFile(const std::string& path, const char* what = "cannot open");
+  ~MappedFile();
+  MappedFile(MappedFile&& other) noexcept;
+  MappedFile& operator=(MappedFile&& other) noexcept;
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+
+  const uint8_t* data() const { return data_; }
+  uint64_t size() const { return size_; }
+
+ private:
+  void release();
+  const uint8_t* data_ = nullptr;
+  uint64_t size_ = 0;
+};
+
+}  // namespace zlm
