@@ -308,9 +308,7 @@ UrlVerdict UrlFilter::check(std::string_view url) const {
     for (size_t i = 0; i < n; ++i) ext[i] = ascii_lower(path[dot + i]);
     if (extensions_.count(std::string_view(ext, n))) return UrlVerdict::ExtensionBlacklist;
   }
-  size_t chars = 0;
-  for (char c : url) chars += (static_cast<unsigned char>(c) & 0xC0) != 0x80;
-  if (chars <= 8) return UrlVerdict::Short;
+  if (utf8_length(url) <= 8) return UrlVerdict::Short;
   if (!megatron_url_well_formed(url)) return UrlVerdict::Malformed;
   return UrlVerdict::Accepted;
 }

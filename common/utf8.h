@@ -15,6 +15,13 @@
 namespace zlm {
 
 size_t utf8_decode(std::string_view s, uint32_t* cp);
+// Number of code points of valid UTF-8 (the bytes that are not continuation
+// bytes): Python's len() of the decoded str. O(n), no allocation.
+inline size_t utf8_length(std::string_view s) {
+  size_t n = 0;
+  for (char c : s) n += (static_cast<unsigned char>(c) & 0xC0) != 0x80;
+  return n;
+}
 bool utf8_valid(std::string_view s, size_t* bad_offset = nullptr);
 
 }  // namespace zlm

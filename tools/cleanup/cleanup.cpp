@@ -9,6 +9,7 @@
 
 #include "common/bad_records.h"
 #include "common/error.h"
+#include "common/utf8.h"
 #include "common/input_files.h"
 #include "common/json_escape.h"
 #include "common/jsonl.h"
@@ -54,11 +55,6 @@ struct WorkerState {
   std::string detail;
 };
 
-uint64_t code_points(std::string_view s) {
-  uint64_t n = 0;
-  for (char c : s) n += (static_cast<unsigned char>(c) & 0xC0) != 0x80;
-  return n;
-}
 
 // The line with the text value replaced (every other byte kept).
 std::string replace_text(std::string_view line, size_t capacity, const std::string& key, const std::string& text) {
@@ -117,7 +113,7 @@ class Worker {
     const std::string& text = s.values[0];
     std::string fixed = fix_text(text);
     d.text_changed = fixed != text;
-    d.chars = code_points(fixed);
+    d.chars = utf8_length(fixed);
     LangGuess g = detect_language(fixed, opt_.lang_id_bytes);
     if (g.code != opt_.lang || g.percent < opt_.min_lang_percent) {
       d.outcome = kNonEnglish;
@@ -141,7 +137,7 @@ class Worker {
 
   void apply_tasks(WorkerState& s, std::string_view line, size_t capacity, Doc& d) {
     std::string text = s.values[0];
-    uint64_t chars = code_points(text);
+    uint64_t chars = utf8_length(text);
     d.chars = chars;
     auto filtered = [&](int task) {
       d.outcome = kFiltered;

@@ -53,11 +53,6 @@ std::unordered_map<std::string, uint32_t> read_groups(const std::string& path, u
   return group_of;
 }
 
-size_t code_points(std::string_view s) {
-  size_t n = 0;
-  for (char c : s) n += (static_cast<unsigned char>(c) & 0xC0) != 0x80;
-  return n;
-}
 
 }  // namespace
 
@@ -85,7 +80,7 @@ void run(const DedupOptions& opt, const CommonFlags& common, Stats& stats) {
         if (extractor.extract(batch.line(ref), batch.capacity_after(ref), keys, values, &detail) != RecordStatus::Ok) continue;
         auto it = group_of.find(values[0]);
         if (it == group_of.end()) continue;
-        size_t len = code_points(values[1]);
+        size_t len = utf8_length(values[1]);
         uint64_t rec = batch.first_record + i;
         if (chosen[it->second] == kNone || len > best_len[it->second]) chosen[it->second] = rec, best_len[it->second] = len;
       }
@@ -126,7 +121,7 @@ void run(const DedupOptions& opt, const CommonFlags& common, Stats& stats) {
         ++written;
       } else {
         ++removed;
-        removed_chars += code_points(values[1]);
+        removed_chars += utf8_length(values[1]);
         if (removed_out) removed_out->write_raw_line(line);
       }
     }
