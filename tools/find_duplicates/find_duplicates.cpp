@@ -12,6 +12,7 @@
 #include <memory>
 #include <unordered_map>
 
+#include "common/bad_records.h"
 #include "common/error.h"
 #include "common/input_files.h"
 #include "common/json_escape.h"
@@ -52,7 +53,7 @@ struct FpResult {
   std::vector<uint32_t> sigs;
   std::vector<std::string> ids;
   std::vector<DocSource> sources;
-  std::vector<std::string> bad;  // "file:line: reason"
+  std::vector<std::pair<std::string, std::string>> bad;  // ("file:line", "reason: detail")
 };
 
 struct FpState {
@@ -77,7 +78,7 @@ class InputScanner {
       : specs_(specs), text_key_(text_key), threads_(threads) {}
 
   // Parallel fingerprinting of every input into `corpus`.
-  void fingerprint(const MinHasher& hasher, Corpus& corpus, Progress& progress, uint64_t& bad_count, int64_t max_bad) {
+  void fingerprint(const MinHasher& hasher, Corpus& corpus, Progress& progress, BadRecords& bad) {
     const uint32_t K = hasher.num_seeds();
     tbb::enumerable_thread_specific<std::unique_ptr<FpState>> states;
     for (uint32_t s = 0; s < specs_.size(); ++s) {
@@ -98,8 +99,8 @@ class InputScanner {
             for (const LineRef& ref : b.lines) {
               RecordStatus status = st.extractor.extract(b.line(ref), b.capacity_after(ref), keys, st.values, &st.detail);
               if (status != RecordStatus::Ok) {
-                r.bad.push_back(reader.file_name(ref.file_index) + ":" + std::to_string(ref.line_number) + ": " +
-                                record_status_name(status) + ": " + st.detail);
+                r.bad.emplace_back(reader.file_name(ref.file_index) + ":" + std::to_string(ref.line_number),
+                                   std::string(record_status_name(status)) + ": " + st.detail);
                 continue;
               }
               size_t at = r.sigs.size();
@@ -110,12 +111,7 @@ class InputScanner {
             }
           },
           [&](FpResult& r) {
-            for (const auto& msg : r.bad) {
-              if (bad_count < 20) ZLM_LOG_WRN("skipped bad record: %s", msg.c_str());
-              ++bad_count;
-              if (max_bad >= 0 && bad_count > static_cast<uint64_t>(max_bad))
-                throw Error(ErrorKind::Format, "%s (more than --max-bad-records %ld)", msg.c_str(), (long)max_bad);
-            }
+            for (const auto& [where, what] : r.bad) bad.add(where, what);
             corpus.sigs.insert(corpus.sigs.end(), r.sigs.begin(), r.sigs.end());
             for (auto& id : r.ids) corpus.ids.push_back(std::move(id));
             corpus.sources.insert(corpus.sources.end(), r.sources.begin(), r.sources.end());
@@ -236,9 +232,9 @@ void run(const FindDuplicatesOptions& opt, const CommonFlags& common, Stats& sta
   uint64_t total_bytes = 0;
   for (const auto& s : specs) total_bytes += JsonlBatchReader(s.files).total_file_bytes();
   Progress progress({.label = "docs", .interval_sec = common.progress_sec, .enabled = !common.no_progress && !common.quiet});
-  uint64_t bad = 0;
+  BadRecords bad(opt.max_bad_records);
   InputScanner scanner(specs, opt.text_key, opt.threads);
-  scanner.fingerprint(hasher, corpus, progress, bad, opt.max_bad_records);
+  scanner.fingerprint(hasher, corpus, progress, bad);
   progress.finish();
   const uint64_t n = corpus.ids.size();
   if (n > UINT32_MAX) throw Error(ErrorKind::Usage, "more than 2^32 documents: split the corpus");
@@ -342,7 +338,7 @@ void run(const FindDuplicatesOptions& opt, const CommonFlags& common, Stats& sta
   ZLM_LOG_INF("done :-)");
   stats.set("docs_fingerprinted", n - first_input_doc);
   stats.set("docs_loaded", first_input_doc);
-  stats.set("docs_bad", bad);
+  stats.set("docs_bad", bad.count());
   stats.set("candidate_buckets", buckets_total);
   stats.set("pairs_compared", pairs_compared);
   stats.set("pairs_similar", pairs_similar);

@@ -8,6 +8,7 @@
 #include <memory>
 #include <span>
 
+#include "common/bad_records.h"
 #include "common/error.h"
 #include "common/input_files.h"
 #include "common/jsonl.h"
@@ -29,8 +30,6 @@ std::string output_name(const std::string& prefix, const std::string& key, bool 
 }
 
 namespace {
-
-constexpr size_t kBadRecordsLogged = 20;
 
 struct BadRecord {
   uint32_t file_index;
@@ -226,7 +225,8 @@ void run(const PreprocessOptions& opt, const CommonFlags& common, Stats& stats) 
                      .interval_sec = common.progress_sec, .enabled = !common.no_progress && !common.quiet,
                      .extra_label = "tok"});
   Encoder encoder(opt, *tokenizer);
-  uint64_t docs_in = 0, docs_bad = 0, bytes_in = 0, sentences = 0, next_megatron_log = opt.log_interval;
+  BadRecords bad(opt.max_bad_records);
+  uint64_t docs_in = 0, bytes_in = 0, sentences = 0, next_megatron_log = opt.log_interval;
   std::vector<uint64_t> docs_written(K, 0), docs_empty(K, 0), tokens_out(K, 0);
   std::map<std::string, uint64_t> bad_by_reason;
   double t_proc = log_elapsed_sec(), last_megatron_log = t_proc;
@@ -235,16 +235,7 @@ void run(const PreprocessOptions& opt, const CommonFlags& common, Stats& stats) 
     std::vector<size_t> seq_pos(K, 0), tok_pos(K, 0), doc_pos(K, 0);
     for (const auto& b : r.bad_records) {
       ++bad_by_reason[b.reason];
-      if (docs_bad < kBadRecordsLogged)
-        ZLM_LOG_WRN("%s:%lu: skipped bad record (%s): %s", reader.file_name(b.file_index).c_str(),
-                    (unsigned long)b.line_number, b.reason.c_str(), b.detail.c_str());
-      else if (docs_bad == kBadRecordsLogged)
-        ZLM_LOG_WRN("more bad records: not logged one by one (see the summary)");
-      ++docs_bad;
-      if (opt.max_bad_records >= 0 && docs_bad > static_cast<uint64_t>(opt.max_bad_records))
-        throw Error(ErrorKind::Format, "%s:%lu: more than --max-bad-records %ld bad records (last: %s: %s)",
-                    reader.file_name(b.file_index).c_str(), (unsigned long)b.line_number, (long)opt.max_bad_records,
-                    b.reason.c_str(), b.detail.c_str());
+      bad.add(reader.file_name(b.file_index) + ":" + std::to_string(b.line_number), b.reason + ": " + b.detail);
     }
     uint64_t batch_tokens = 0;
     for (size_t d = 0; d < r.bad.size(); ++d) {
@@ -309,7 +300,7 @@ void run(const PreprocessOptions& opt, const CommonFlags& common, Stats& stats) 
   stats.set("files_in", static_cast<uint64_t>(files.size()));
   stats.set("docs_in", docs_in);
   stats.set("bytes_in", bytes_in);
-  stats.set("docs_bad", docs_bad);
+  stats.set("docs_bad", bad.count());
   for (const auto& [reason, n] : bad_by_reason) stats.set("docs_bad_" + reason, n);
   for (size_t k = 0; k < K; ++k) {
     const std::string& key = opt.json_keys[k];
