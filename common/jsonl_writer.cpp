@@ -8,13 +8,17 @@
 
 namespace zlm {
 
-std::string json_number(double value) {
-  if (!std::isfinite(value)) throw Error(ErrorKind::Internal, "JSON cannot hold a non-finite number");
+std::string python_float_repr(double value) {
   char buf[64];
   auto res = std::to_chars(buf, buf + sizeof buf, value);
   std::string s(buf, res.ptr);
-  if (s.find_first_of(".e") == std::string::npos) s += ".0";
+  if (s.find_first_of(".en") == std::string::npos) s += ".0";  // "n": inf and nan stay as they are
   return s;
+}
+
+std::string json_number(double value) {
+  if (!std::isfinite(value)) throw Error(ErrorKind::Internal, "JSON cannot hold a non-finite number");
+  return python_float_repr(value);
 }
 
 void JsonlWriter::write_raw_line(std::string_view line) {

@@ -44,7 +44,10 @@ class JsonlWriter {
   uint64_t lines_ = 0;
 };
 
-// Shortest round-trip text of a double (Python repr style; "1.0", not "1").
+// Python's repr() of a float: the shortest text that reads back to the same
+// double, "1.0" rather than "1", "inf"/"nan" for non-finite values.
+std::string python_float_repr(double value);
+// python_float_repr for JSON, which has no inf/nan (those are zlm::Error(Internal)).
 std::string json_number(double value);
 
 }  // namespace zlm

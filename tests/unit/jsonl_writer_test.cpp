@@ -1,5 +1,7 @@
 #include "common/jsonl_writer.h"
 
+#include <limits>
+
 #include "test_util.h"
 
 namespace zlm {
@@ -25,6 +27,19 @@ TEST(JsonNumber, ShortestRoundTripLikePython) {
   EXPECT_EQ(json_number(1.0), "1.0");
   EXPECT_EQ(json_number(0.1), "0.1");
   EXPECT_EQ(json_number(1.0 / 3), "0.3333333333333333");
+}
+
+}  // namespace
+}  // namespace zlm
+
+namespace zlm {
+namespace {
+
+TEST(PythonFloatRepr, NonFiniteAndWholeNumbers) {
+  EXPECT_EQ(python_float_repr(2.0), "2.0");
+  EXPECT_EQ(python_float_repr(1e16), "1e+16");
+  EXPECT_EQ(python_float_repr(1234.5678901234567), "1234.5678901234567");
+  EXPECT_EQ(python_float_repr(std::numeric_limits<double>::infinity()), "inf");
 }
 
 }  // namespace

@@ -2,7 +2,6 @@
 
 #include <tbb/enumerable_thread_specific.h>
 
-#include <charconv>
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -12,6 +11,7 @@
 #include "common/error.h"
 #include "common/input_files.h"
 #include "common/jsonl.h"
+#include "common/jsonl_writer.h"
 #include "common/line_reader.h"
 #include "common/log.h"
 #include "common/pipeline.h"
@@ -159,13 +159,6 @@ uint64_t count_lines(const std::vector<std::string>& files) {
   return n;
 }
 
-std::string python_float(double v) {
-  char buf[64];
-  auto res = std::to_chars(buf, buf + sizeof buf, v);
-  std::string s(buf, res.ptr);
-  if (s.find_first_of(".en") == std::string::npos) s += ".0";  // Python repr of a whole float
-  return s;
-}
 
 void validate(const PreprocessOptions& opt, const Tokenizer& tok) {
   if (opt.dataset_impl != "mmap")
@@ -209,7 +202,7 @@ void run(const PreprocessOptions& opt, const CommonFlags& common, Stats& stats) 
       std::string prefix = P == 1 ? opt.output_prefix : opt.output_prefix + "_" + std::to_string(p);
       writers[p].push_back(std::make_unique<MegatronWriter>(output_name(prefix, opt.json_keys[k], opt.split_sentences), dtype));
     }
-  ZLM_LOG_INF("Time to startup: %s", python_float(log_elapsed_sec() - t_start).c_str());
+  ZLM_LOG_INF("Time to startup: %s", python_float_repr(log_elapsed_sec() - t_start).c_str());
 
   JsonlBatchReader reader(files);
   bool compressed_or_stdin = false;
@@ -272,8 +265,8 @@ void run(const PreprocessOptions& opt, const CommonFlags& common, Stats& stats) 
       if (now - last_megatron_log >= common.progress_sec && !common.quiet && !common.no_progress) {
         double elapsed = now - t_proc;
         ZLM_LOG_INF("Processed %lu documents (%s docs/s, %s MB/s).", (unsigned long)docs_in,
-                    python_float(static_cast<double>(docs_in) / elapsed).c_str(),
-                    python_float(static_cast<double>(bytes_in) / elapsed / 1024 / 1024).c_str());
+                    python_float_repr(static_cast<double>(docs_in) / elapsed).c_str(),
+                    python_float_repr(static_cast<double>(bytes_in) / elapsed / 1024 / 1024).c_str());
         last_megatron_log = now;
       }
       next_megatron_log = (docs_in / opt.log_interval + 1) * opt.log_interval;
