@@ -23,18 +23,6 @@ namespace {
 
 using U32 = std::u32string;
 
-U32 to_u32(std::string_view s) {
-  U32 out;
-  out.reserve(s.size());
-  icu::UnicodeString u = icu::UnicodeString::fromUTF8(icu::StringPiece(s.data(), static_cast<int32_t>(s.size())));
-  for (int32_t i = 0; i < u.length();) {
-    UChar32 c = u.char32At(i);
-    out.push_back(static_cast<char32_t>(c));
-    i += U16_LENGTH(c);
-  }
-  return out;
-}
-
 std::string to_utf8(const U32& s) {
   std::string out;
   out.reserve(s.size());
@@ -59,6 +47,10 @@ U32 from_icu(const icu::UnicodeString& u) {
     i += U16_LENGTH(c);
   }
   return out;
+}
+
+U32 to_u32(std::string_view s) {
+  return from_icu(icu::UnicodeString::fromUTF8(icu::StringPiece(s.data(), static_cast<int32_t>(s.size()))));
 }
 
 // ---- tables built once ---------------------------------------------------------

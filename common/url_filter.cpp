@@ -127,8 +127,9 @@ bool is_domain_host(std::string_view host) {
   return true;
 }
 
-// \d{1,3}(\.\d{1,3}){3} with Unicode digits.
-bool is_ipv4_host(std::string_view host) {
+// \d{1,3}(\.\d{1,3}){3}: with Python's Unicode \d (Megatron's URL regex), or
+// ASCII digits only (tldextract's IPv4 test).
+bool is_ipv4(std::string_view host, bool unicode_digits) {
   int groups = 0, digits = 0;
   for (size_t i = 0; i < host.size();) {
     uint32_t cp;
@@ -136,27 +137,12 @@ bool is_ipv4_host(std::string_view host) {
     if (cp == '.') {
       if (digits == 0 || ++groups > 3) return false;
       digits = 0;
-    } else if (py_digit(cp)) {
+    } else if (unicode_digits ? py_digit(cp) : (cp >= '0' && cp <= '9')) {
       if (++digits > 3) return false;
     } else {
       return false;
     }
     i += n;
-  }
-  return groups == 3 && digits > 0;
-}
-
-bool is_ascii_ipv4(std::string_view host) {
-  int groups = 0, digits = 0;
-  for (char c : host) {
-    if (c == '.') {
-      if (digits == 0 || ++groups > 3) return false;
-      digits = 0;
-    } else if (c >= '0' && c <= '9') {
-      if (++digits > 3) return false;
-    } else {
-      return false;
-    }
   }
   return groups == 3 && digits > 0;
 }
@@ -212,7 +198,7 @@ bool megatron_url_well_formed(std::string_view url) {
     break;
   }
   std::string_view host = url.substr(p, h - p);
-  if (!is_domain_host(host) && !is_ipv4_host(host)) return false;
+  if (!is_domain_host(host) && !is_ipv4(host, /*unicode_digits=*/true)) return false;
   size_t r = h;
   if (r < url.size() && url[r] == ':') {  // (?::\d+)?
     size_t d = r + 1, digits = 0;
@@ -262,7 +248,7 @@ std::string UrlFilter::domain_label(std::string_view url) const {
   for (char& c : host) c = ascii_lower(c);
   while (!host.empty() && host.back() == '.') host.pop_back();
   if (host.empty()) return "";
-  if (is_ascii_ipv4(host)) return host;  // tldextract returns an IPv4 address as the domain
+  if (is_ipv4(host, /*unicode_digits=*/false)) return host;  // tldextract returns an IPv4 address as the domain
   // Hosts repeat a lot in URL lists: a bounded per-thread memo of host -> label.
   struct Memo {
     const UrlFilter* owner = nullptr;

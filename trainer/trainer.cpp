@@ -31,7 +31,7 @@ std::pair<int64_t, int64_t> read_vocab(const std::string& path) {
   std::string s = read_file(path);
   int64_t entries = 0, eod = -1;
   int depth = 0;
-  bool in_string = false, key_next = true;
+  bool in_string = false;
   std::string current;
   for (size_t i = 0; i < s.size(); ++i) {
     char c = s[i];
@@ -57,7 +57,6 @@ std::pair<int64_t, int64_t> read_vocab(const std::string& path) {
       if (current == "<|endoftext|>") eod = std::strtoll(s.c_str() + i + 1, nullptr, 10);
     }
   }
-  (void)key_next;
   if (entries == 0) throw Error(ErrorKind::Format, "%s: no entries (not a GPT-2 vocab.json?)", path.c_str());
   return {entries, eod};
 }
@@ -343,7 +342,7 @@ int train(const TrainArgs& a) {
   auto interval_start = std::chrono::steady_clock::now();
   int64_t valid_consumed = st.consumed_valid;
   while (st.iteration < T) {
-    const double lr = megatron_lr(a, st.iteration * 1);  // Megatron: the LR of the steps taken so far
+    const double lr = megatron_lr(a, st.iteration);  // Megatron: the LR of the steps taken so far
     for (auto& g : opt.param_groups()) static_cast<torch::optim::AdamWOptions&>(g.options()).lr(lr);
     opt.zero_grad();
     double loss_sum = 0;
