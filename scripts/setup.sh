@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Idempotent set-up for zerolm: installs the Debian packages the tools need
 # (through sudo when not root) and a project-local Python environment (.venv/)
-# holding the pinned torch wheel (our LibTorch) and the reference packages that
+# holding the pinned torch wheel (our LibTorch; libgloo-dev gives its c10d Gloo
+# backend the headers the wheel lacks) and the reference packages that
 # tests and benchmarks compare against. Safe to run again: it only installs
 # what is missing.
 #
@@ -16,6 +17,7 @@ APT_PACKAGES=(
   libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev
   libpsl-dev publicsuffix libcld2-dev
   clang libclang-rt-14-dev
+  libgloo-dev nlohmann-json3-dev
 )
 
 log() { echo "[setup] $*" >&2; }

@@ -96,9 +96,11 @@ torch::Tensor Gpt2Impl::forward(const torch::Tensor& idx) {
   const int64_t T = idx.size(1);
   auto pos = torch::arange(T, torch::TensorOptions().dtype(torch::kLong).device(idx.device()));
   auto x = F::dropout(wte(idx) + wpe(pos), F::DropoutFuncOptions().p(config_.hidden_dropout).training(is_training()));
-  for (const auto& m : *blocks) {
-    auto* block = m->as<Gpt2BlockImpl>();
-    if (config_.checkpoint_activations && is_training() && x.requires_grad())
+  for (size_t l = 0; l < blocks->size(); ++l) {
+    auto* block = blocks[l]->as<Gpt2BlockImpl>();
+    if (block_fn)
+      x = block_fn(l, x);
+    else if (config_.checkpoint_activations && is_training() && x.requires_grad())
       x = CheckpointFn::apply(x, block);
     else
       x = block->forward(x);

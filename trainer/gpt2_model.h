@@ -13,6 +13,7 @@
 
 #include <torch/torch.h>
 
+#include <functional>
 #include <vector>
 
 namespace zlm::trainer {
@@ -46,6 +47,9 @@ class Gpt2Impl : public torch::nn::Module {
   torch::Tensor loss(const torch::Tensor& tokens, const torch::Tensor& labels);
   int64_t num_parameters() const;
   const Gpt2Config& config() const { return config_; }
+  // When set, block l runs as block_fn(l, x) instead of blocks[l](x) (ZeRO-3
+  // gathers the block's parameters around it; see trainer/zero.h).
+  std::function<torch::Tensor(size_t, const torch::Tensor&)> block_fn;
   torch::nn::Embedding wte{nullptr}, wpe{nullptr};
   torch::nn::ModuleList blocks{nullptr};
   torch::nn::LayerNorm ln_f{nullptr};

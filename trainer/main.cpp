@@ -2,12 +2,23 @@
 #include <torch/torch.h>
 
 #include <cstdio>
+#include <cstdlib>
+#include <string>
 
 #include "common/build_info.h"
 #include "common/error.h"
 #include "common/log.h"
+#include "trainer/launcher.h"
 #include "trainer/megatron_args.h"
 #include "trainer/trainer.h"
+
+// " [rank N]" when this process is one of several ranks.
+static std::string rank_prefix() {
+  const char* rank = std::getenv("RANK");
+  const char* world = std::getenv("WORLD_SIZE");
+  if (!rank || !world || std::string(world) == "1") return "";
+  return std::string(" [rank ") + rank + "]";
+}
 
 int main(int argc, char** argv) {
   zlm::log_init("pretrain_gpt");
@@ -18,15 +29,20 @@ int main(int argc, char** argv) {
       std::fputs(help.c_str(), stdout);
       return 0;
     }
+    if (args.nproc_per_node > 0) {  // be the launcher: start the local ranks and supervise them
+      zlm::trainer::LaunchPlan plan{static_cast<int>(args.nproc_per_node), static_cast<int>(args.nnodes), static_cast<int>(args.node_rank),
+                                    args.master_addr, static_cast<int>(args.master_port)};
+      return zlm::trainer::launch_local_ranks(plan, zlm::trainer::strip_launcher_flags(argc, argv));
+    }
     return zlm::trainer::train(args);
   } catch (const zlm::Error& e) {
-    std::fprintf(stderr, "pretrain_gpt: error: %s\n", e.what());
+    std::fprintf(stderr, "pretrain_gpt: error:%s %s\n", rank_prefix().c_str(), e.what());
     return e.kind() == zlm::ErrorKind::Usage ? 2 : 1;
   } catch (const c10::Error& e) {
-    std::fprintf(stderr, "pretrain_gpt: error (LibTorch): %s\n", e.what_without_backtrace());
+    std::fprintf(stderr, "pretrain_gpt: error (LibTorch):%s %s\n", rank_prefix().c_str(), e.what_without_backtrace());
     return 1;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "pretrain_gpt: error: %s\n", e.what());
+    std::fprintf(stderr, "pretrain_gpt: error:%s %s\n", rank_prefix().c_str(), e.what());
     return 1;
   }
 }

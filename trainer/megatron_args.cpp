@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <functional>
+#include <algorithm>
 #include <map>
 #include <set>
 
@@ -96,6 +97,23 @@ std::map<std::string, Spec> specs() {
   str("--data-cache-path", &TrainArgs::data_cache_path, "directory for the index caches (default: next to the data)");
   str("--metrics-out", &TrainArgs::metrics_out, "JSON lines of every logged metric (default: <save>/metrics.jsonl)");
   str("--device", &TrainArgs::device, "zerolm: auto, cpu or cuda");
+  i64("--distributed-timeout-minutes", &TrainArgs::distributed_timeout_minutes, "collective timeout (a dead rank is reported after it)");
+  i64("--zero-stage", &TrainArgs::zero_stage, "ZeRO stage: 0 replicated, 1 optimizer states, 2 + gradients, 3 + parameters sharded");
+  flag("--cpu-offload", &TrainArgs::cpu_offload, "zerolm: fp32 master weights and Adam moments in (pinned) CPU memory, CPU AdamW");
+  flag("--cpu-optimizer", &TrainArgs::cpu_offload, "Megatron-DeepSpeed's name for --cpu-offload");
+  flag("--offload-params", &TrainArgs::offload_params, "zerolm: with --zero-stage 3, parameter shards in CPU memory too");
+  flag("--deepspeed", &TrainArgs::deepspeed, "read ZeRO and precision settings from --deepspeed_config");
+  str("--deepspeed_config", &TrainArgs::deepspeed_config, "DeepSpeed JSON config (zero_optimization, fp16, bf16, batch sizes)");
+  str("--deepspeed-config", &TrainArgs::deepspeed_config, "same as --deepspeed_config");
+  m["--use-distributed-optimizer"] = {Spec::Flag, [](TrainArgs& a, const std::vector<std::string>&) { a.zero_stage = std::max<int64_t>(a.zero_stage, 1); },
+                                      "Megatron's sharded optimizer: the same as --zero-stage 1"};
+  i64("--nproc-per-node", &TrainArgs::nproc_per_node, "zerolm: start this many local ranks (like torchrun / deepspeed)");
+  i64("--nnodes", &TrainArgs::nnodes, "with --nproc-per-node: number of nodes");
+  i64("--node-rank", &TrainArgs::node_rank, "with --nproc-per-node: this node's index");
+  str("--master-addr", &TrainArgs::master_addr, "with --nproc-per-node: rank 0's host (default 127.0.0.1 or $MASTER_ADDR)");
+  i64("--master-port", &TrainArgs::master_port, "with --nproc-per-node: rendezvous port (default $MASTER_PORT or 29500)");
+  i64("--local_rank", &TrainArgs::local_rank_flag, "set by the deepspeed launcher; must agree with $LOCAL_RANK");
+  i64("--local-rank", &TrainArgs::local_rank_flag, "same as --local_rank");
   flag("--fp16", &TrainArgs::fp16, "fp16 with dynamic loss scaling (CUDA)");
   flag("--bf16", &TrainArgs::bf16, "bf16 (CUDA)");
   flag("--checkpoint-activations", &TrainArgs::checkpoint_activations, "recompute each layer in backward");
@@ -120,8 +138,7 @@ std::map<std::string, Spec> specs() {
 // Known Megatron flags that zerolm does not implement yet: a clear error, not a silent skip.
 const std::set<std::string>& unsupported() {
   static const std::set<std::string> s = {
-      "--num-layers-per-virtual-pipeline-stage", "--sequence-parallel", "--use-distributed-optimizer", "--deepspeed",
-      "--deepspeed_config", "--zero-stage", "--recompute-granularity",
+      "--num-layers-per-virtual-pipeline-stage", "--sequence-parallel", "--recompute-granularity",
       "--recompute-method", "--use-flash-attn", "--position-embedding-type", "--swiglu", "--untie-embeddings-and-output-weights",
       "--ffn-hidden-size", "--kv-channels", "--group-query-attention", "--num-query-groups", "--tensorboard-dir",
       "--eod-mask-loss", "--reset-position-ids", "--reset-attention-mask", "--finetune",
@@ -202,6 +219,13 @@ TrainArgs parse_megatron_args(int argc, const char* const* argv, std::string* he
   need(a.distributed_backend == "nccl" || a.distributed_backend == "gloo", "--distributed-backend must be nccl or gloo");
   need(a.device == "auto" || a.device == "cpu" || a.device == "cuda", "--device must be auto, cpu or cuda");
   for (const auto& [w, p] : a.data_path) need(w >= 0, "--data-path weights must be non-negative");
+  need(a.zero_stage >= 0 && a.zero_stage <= 3, "--zero-stage must be 0, 1, 2 or 3");
+  need(!a.offload_params || a.zero_stage == 3, "--offload-params needs --zero-stage 3 (only stage 3 shards parameters)");
+  need(a.deepspeed_config.empty() || a.deepspeed, "--deepspeed_config is read only with --deepspeed (as in DeepSpeed)");
+  need(a.nproc_per_node >= 0 && a.nnodes >= 1 && a.node_rank >= 0 && a.node_rank < a.nnodes,
+       "--nproc-per-node, --nnodes and --node-rank must satisfy 0 <= node-rank < nnodes");
+  need(a.master_port >= 0 && a.master_port < 65536, "--master-port must be a port number");
+  need(a.distributed_timeout_minutes > 0, "--distributed-timeout-minutes must be positive");
   return a;
 }
 

@@ -48,6 +48,17 @@ struct TrainArgs {
   std::string distributed_backend = "nccl";
   int64_t tensor_model_parallel_size = 1, pipeline_model_parallel_size = 1;
   std::string device = "auto";  // zerolm: auto | cpu | cuda
+  int64_t distributed_timeout_minutes = 10;
+  // ZeRO (issue: Megatron-DeepSpeed's --zero-stage / --cpu-optimizer, or DeepSpeed's JSON)
+  int64_t zero_stage = 0;
+  bool cpu_offload = false;     // fp32 master weights and Adam moments in CPU memory
+  bool offload_params = false;  // stage 3: parameter shards in CPU memory too
+  bool deepspeed = false;
+  std::string deepspeed_config;
+  // Starting local ranks (torchrun / the deepspeed launcher do this otherwise)
+  int64_t nproc_per_node = 0, nnodes = 1, node_rank = 0, master_port = 0;
+  std::string master_addr;
+  int64_t local_rank_flag = -1;  // --local_rank from the deepspeed launcher (checked against LOCAL_RANK)
 
   int64_t train_samples_total() const { return train_samples ? train_samples : train_iters * global_batch_size; }
   int64_t total_iters() const { return train_iters ? train_iters : train_samples / global_batch_size; }

@@ -8,6 +8,10 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iomanip>
+#include <map>
+#include <sstream>
+#include <tuple>
 #include <memory>
 
 #include "common/error.h"
@@ -15,7 +19,10 @@
 #include "common/output_file.h"
 #include "formats/gpt_dataset.h"
 #include "trainer/gpt2_model.h"
+#include "trainer/comm.h"
+#include "trainer/dist_env.h"
 #include "trainer/loss_scaler.h"
+#include "trainer/zero.h"
 
 namespace zlm::trainer {
 
@@ -135,7 +142,56 @@ struct RunState {
   int64_t iteration = 0, consumed_train = 0, consumed_valid = 0;
 };
 
-void save_checkpoint(const TrainArgs& a, Gpt2& model, torch::optim::Optimizer& opt, const RunState& st) {
+// Full tensors by dotted name ("blocks.0.ln1.weight") into nested archives,
+// the layout torch::nn::Module::save writes, so Module::load reads it back.
+void write_nested(torch::serialize::OutputArchive& ar, const std::map<std::string, torch::Tensor>& m) {
+  std::map<std::string, std::map<std::string, torch::Tensor>> children;
+  for (const auto& [k, v] : m) {
+    auto dot = k.find('.');
+    if (dot == std::string::npos) ar.write(k, v);
+    else children[k.substr(0, dot)][k.substr(dot + 1)] = v;
+  }
+  for (const auto& [c, sub] : children) {
+    torch::serialize::OutputArchive child;
+    write_nested(child, sub);
+    ar.write(c, child);
+  }
+}
+
+void read_nested(torch::serialize::InputArchive& ar, const std::vector<std::string>& names, const std::string& prefix,
+                 std::map<std::string, torch::Tensor>& out) {
+  std::map<std::string, std::vector<std::string>> children;
+  for (const auto& n : names) {
+    auto dot = n.find('.');
+    if (dot == std::string::npos) {
+      torch::Tensor t;
+      ar.read(n, t);
+      out[prefix + n] = t;
+    } else {
+      children[n.substr(0, dot)].push_back(n.substr(dot + 1));
+    }
+  }
+  for (const auto& [c, sub] : children) {
+    torch::serialize::InputArchive child;
+    ar.read(c, child);
+    read_nested(child, sub, prefix + c + ".", out);
+  }
+}
+
+std::vector<std::string> parameter_names(const Gpt2& model) {
+  std::vector<std::string> names;
+  for (const auto& item : model->named_parameters()) names.push_back(item.key());
+  return names;
+}
+
+// Collective: every rank calls it; rank 0 writes. The file holds full tensors
+// (weights, Adam moments), whatever the world size and ZeRO stage were.
+void save_checkpoint(const TrainArgs& a, Gpt2& model, ZeroEngine& engine, Comm& comm, const RunState& st) {
+  ZeroEngine::FullState full = engine.gather_state();
+  if (comm.rank() != 0) {
+    comm.barrier();
+    return;
+  }
   fs::create_directories(a.save);
   char name[32];
   std::snprintf(name, sizeof name, "iter_%07ld", static_cast<long>(st.iteration));
@@ -144,16 +200,20 @@ void save_checkpoint(const TrainArgs& a, Gpt2& model, torch::optim::Optimizer& o
   fs::remove_all(tmp_dir);
   fs::create_directories(tmp_dir / "mp_rank_00");
   ZLM_LOG_INF("saving checkpoint at iteration %7ld to %s", (long)st.iteration, a.save.c_str());
-  torch::serialize::OutputArchive archive;
-  torch::serialize::OutputArchive model_archive, opt_archive;
-  model->save(model_archive);
-  opt.save(opt_archive);
+  torch::serialize::OutputArchive archive, model_archive, opt_archive, m_archive, v_archive;
+  write_nested(model_archive, full.params);
+  write_nested(m_archive, full.exp_avg);
+  write_nested(v_archive, full.exp_avg_sq);
+  opt_archive.write("exp_avg", m_archive);
+  opt_archive.write("exp_avg_sq", v_archive);
+  opt_archive.write("step", torch::tensor(full.step));
   archive.write("model", model_archive);
   archive.write("optimizer", opt_archive);
   archive.write("iteration", torch::tensor(st.iteration));
   archive.write("consumed_train_samples", torch::tensor(st.consumed_train));
   archive.write("consumed_valid_samples", torch::tensor(st.consumed_valid));
   archive.write("checkpoint_version", torch::tensor(3.0));
+  archive.write("world_size", torch::tensor(static_cast<int64_t>(comm.world())));
   const Gpt2Config& c = model->config();
   archive.write("config", torch::tensor({c.vocab_size, c.max_positions, c.num_layers, c.hidden, c.heads}));
   archive.write("rng_cpu", at::globalContext().defaultGenerator(torch::kCPU).get_state());
@@ -163,6 +223,7 @@ void save_checkpoint(const TrainArgs& a, Gpt2& model, torch::optim::Optimizer& o
   fs::rename(tmp_dir, final_dir);
   write_file_atomic((fs::path(a.save) / "latest_checkpointed_iteration.txt").string(), std::to_string(st.iteration));
   ZLM_LOG_INF("  successfully saved checkpoint at iteration %7ld to %s", (long)st.iteration, a.save.c_str());
+  comm.barrier();
 }
 
 // Path of the checkpoint file the tracker of `dir` points at.
@@ -180,7 +241,8 @@ std::string checkpoint_file(const std::string& dir, int64_t* iteration) {
   return (fs::path(dir) / name / "mp_rank_00" / "model_optim_rng.pt").string();
 }
 
-bool load_checkpoint(const TrainArgs& a, Gpt2& model, torch::optim::Optimizer& opt, RunState& st) {
+// Every rank reads the same file and takes its own shard (any saved world size).
+bool load_checkpoint(const TrainArgs& a, Gpt2& model, ZeroEngine& engine, RunState& st) {
   fs::path tracker = fs::path(a.load) / "latest_checkpointed_iteration.txt";
   if (!fs::exists(tracker)) {
     ZLM_LOG_WRN("WARNING: could not find the metadata file %s; will not load any checkpoints and will start from random",
@@ -189,28 +251,45 @@ bool load_checkpoint(const TrainArgs& a, Gpt2& model, torch::optim::Optimizer& o
   }
   int64_t it = 0;
   fs::path file = checkpoint_file(a.load, &it);
+  int64_t saved_world = 0;
   try {
-    torch::serialize::InputArchive archive, model_archive, opt_archive;
+    torch::serialize::InputArchive archive, model_archive, opt_archive, m_archive, v_archive;
     archive.load_from(file.string());
-    archive.read("model", model_archive);
-    archive.read("optimizer", opt_archive);
-    model->load(model_archive);
-    opt.load(opt_archive);
-    auto read = [&](const char* key) {  // a fresh tensor per key: read() resizes a defined one in place
+    auto read = [&](torch::serialize::InputArchive& ar, const char* key) {  // a fresh tensor per key: read() resizes a defined one
       torch::Tensor t;
-      archive.read(key, t);
+      ar.read(key, t);
       return t;
     };
-    st.iteration = read("iteration").item<int64_t>();
-    st.consumed_train = read("consumed_train_samples").item<int64_t>();
-    st.consumed_valid = read("consumed_valid_samples").item<int64_t>();
+    torch::Tensor cfg = read(archive, "config");
+    const Gpt2Config& c = model->config();
+    auto v = cfg.accessor<int64_t, 1>();
+    if (v[0] != c.vocab_size || v[2] != c.num_layers || v[3] != c.hidden || v[4] != c.heads)
+      throw Error(ErrorKind::Usage, "%s: checkpoint of a model with %ld layers, hidden %ld, %ld heads, vocab %ld; this run has %ld, %ld, %ld, %ld",
+                  file.string().c_str(), (long)v[2], (long)v[3], (long)v[4], (long)v[0], (long)c.num_layers, (long)c.hidden,
+                  (long)c.heads, (long)c.vocab_size);
+    ZeroEngine::FullState full;
+    const auto names = parameter_names(model);
+    archive.read("model", model_archive);
+    read_nested(model_archive, names, "", full.params);
+    archive.read("optimizer", opt_archive);
+    opt_archive.read("exp_avg", m_archive);
+    opt_archive.read("exp_avg_sq", v_archive);
+    read_nested(m_archive, names, "", full.exp_avg);
+    read_nested(v_archive, names, "", full.exp_avg_sq);
+    full.step = read(opt_archive, "step").item<int64_t>();
+    engine.load_state(full);
+    st.iteration = read(archive, "iteration").item<int64_t>();
+    st.consumed_train = read(archive, "consumed_train_samples").item<int64_t>();
+    st.consumed_valid = read(archive, "consumed_valid_samples").item<int64_t>();
+    torch::Tensor w;
+    if (archive.try_read("world_size", w)) saved_world = w.item<int64_t>();
     at::Generator gen = at::globalContext().defaultGenerator(torch::kCPU);  // a handle to the global generator
-    gen.set_state(read("rng_cpu"));
+    gen.set_state(read(archive, "rng_cpu"));
   } catch (const c10::Error& e) {
     throw Error(ErrorKind::Format, "%s: cannot load the checkpoint (%s) ---> HINT: it is damaged or from another model shape",
                 file.string().c_str(), e.what_without_backtrace());
   }
-  ZLM_LOG_INF(" loading checkpoint from %s at iteration %ld", a.load.c_str(), (long)it);
+  ZLM_LOG_INF(" loading checkpoint from %s at iteration %ld (saved by %ld ranks)", a.load.c_str(), (long)it, (long)saved_world);
   return true;
 }
 
@@ -236,14 +315,61 @@ Gpt2 load_model(const std::string& dir, int64_t* iteration) {
   }
 }
 
+namespace {
+
+// What must be equal on every rank; a difference is refused at start.
+std::string run_fingerprint(const TrainArgs& a, int64_t padded_vocab, const ZeroConfig& z, const std::string& precision) {
+  return strprintf("num-layers=%ld hidden-size=%ld num-attention-heads=%ld seq-length=%ld max-position-embeddings=%ld vocab=%ld "
+                   "micro-batch-size=%ld global-batch-size=%ld train-iters=%ld zero-stage=%d cpu-offload=%d offload-params=%d "
+                   "precision=%s seed=%u lr=%g",
+                   (long)a.num_layers, (long)a.hidden_size, (long)a.num_attention_heads, (long)a.seq_length,
+                   (long)a.max_position_embeddings, (long)padded_vocab, (long)a.micro_batch_size, (long)a.global_batch_size,
+                   (long)a.total_iters(), z.stage, (int)z.offload_optimizer, (int)z.offload_params, precision.c_str(), a.seed, a.lr);
+}
+
+void check_same_settings(Comm& comm, const std::string& mine) {
+  auto all = comm.exchange("settings", mine);
+  for (int r = 0; r < comm.world(); ++r) {
+    if (all[static_cast<size_t>(r)] == all[0]) continue;
+    // Name the settings that differ.
+    std::istringstream x(all[0]), y(all[static_cast<size_t>(r)]);
+    std::string p, q, diff;
+    while ((x >> p) && (y >> q))
+      if (p != q) diff += " " + q + " (rank 0: " + p.substr(p.find('=') + 1) + ")";
+    throw Error(ErrorKind::Usage, "rank %d was started with different model or ZeRO settings than rank 0:%s; every rank must get the same flags",
+                r, diff.c_str());
+  }
+}
+
+std::string human_bytes(int64_t b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(b);
+  int u = 0;
+  while (v >= 1024 && u < 4) {
+    v /= 1024;
+    ++u;
+  }
+  return strprintf("%.1f %s", v, units[u]);
+}
+
+}  // namespace
+
 int train(const TrainArgs& a) {
+  const DistEnv env = dist_env_from_process();
+  if (a.local_rank_flag >= 0 && a.local_rank_flag != env.local_rank)
+    throw Error(ErrorKind::Usage, "--local_rank %ld disagrees with LOCAL_RANK=%d", (long)a.local_rank_flag, env.local_rank);
+  if (env.rank != 0 && log_level() >= LogLevel::Inf) log_set_level(LogLevel::Wrn);  // rank 0 speaks for the job
   torch::manual_seed(a.seed);
   // Device and precision.
   bool cuda = a.device == "cuda" || (a.device == "auto" && torch::cuda::is_available());
   if (a.device == "cuda" && !torch::cuda::is_available()) throw Error(ErrorKind::Usage, "--device cuda: no CUDA device is visible");
-  torch::Device device = cuda ? torch::Device(torch::kCUDA, 0) : torch::Device(torch::kCPU);
-  if (!cuda && a.distributed_backend == "nccl")
-    ZLM_LOG_WRN("--distributed-backend nccl needs a GPU; training on CPU in one process (gloo)");
+  torch::Device device = cuda ? torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(env.local_rank)) : torch::Device(torch::kCPU);
+  std::string backend = a.distributed_backend;
+  if (!cuda && backend == "nccl") {
+    if (env.world_size > 1 || env.rank == 0)
+      ZLM_LOG_WRN("--distributed-backend nccl needs a GPU; training on CPU with gloo");
+    backend = "gloo";
+  }
   if (!cuda && (a.fp16 || a.bf16)) ZLM_LOG_WRN("--%s on CPU: training in fp32", a.fp16 ? "fp16" : "bf16");
   const bool fp16 = cuda && a.fp16;  // on CPU --fp16 falls back to fp32 (warned above)
   if (fp16) {  // fp16 autocast; fp32 master weights and Adam; Megatron's loss scaling below
@@ -257,11 +383,24 @@ int train(const TrainArgs& a) {
     at::autocast::set_autocast_dtype(at::kCUDA, at::kBFloat16);
     at::autocast::set_autocast_enabled(at::kCUDA, true);
   }
+  const int W = env.world_size;
+  if (a.global_batch_size % (a.micro_batch_size * W) != 0)
+    throw Error(ErrorKind::Usage, "--global-batch-size %ld is not a multiple of --micro-batch-size %ld times the data-parallel size %d",
+                (long)a.global_batch_size, (long)a.micro_batch_size, W);
 
   auto [vocab_entries, eod] = read_vocab(a.vocab_file);
   int64_t padded = (vocab_entries + a.make_vocab_size_divisible_by - 1) / a.make_vocab_size_divisible_by * a.make_vocab_size_divisible_by;
   ZLM_LOG_INF(" > padded vocab (size: %ld) with %ld dummy tokens (new size: %ld)", (long)vocab_entries,
               (long)(padded - vocab_entries), (long)padded);
+
+  ZeroConfig zcfg{.stage = static_cast<int>(a.zero_stage), .offload_optimizer = a.cpu_offload, .offload_params = a.offload_params,
+                  .beta1 = a.adam_beta1, .beta2 = a.adam_beta2, .eps = a.adam_eps, .weight_decay = a.weight_decay};
+  // Ranks meet before anything else, so that different settings are refused before they can deadlock.
+  auto comm = make_comm(env, backend, cuda, std::chrono::minutes(a.distributed_timeout_minutes));
+  if (W > 1)
+    ZLM_LOG_INF(" > initialized data parallel with size %d (%s backend, launched by %s, rendezvous %s:%d)", W, comm->backend().c_str(),
+                env.launcher.c_str(), env.master_addr.c_str(), env.master_port);
+  check_same_settings(*comm, run_fingerprint(a, padded, zcfg, fp16 ? "fp16" : (cuda && a.bf16) ? "bf16" : "fp32"));
 
   // Data: every prefix, three splits.
   std::vector<std::unique_ptr<MegatronReader>> readers;
@@ -275,43 +414,82 @@ int train(const TrainArgs& a) {
   ZLM_LOG_INF("    train:      %ld", (long)a.train_samples_total());
   ZLM_LOG_INF("    validation: %ld", (long)a.valid_samples());
   ZLM_LOG_INF("    test:       %ld", (long)a.test_samples());
-  SampleSource train_src(readers, weights, a.split, 0, a.train_samples_total(), a.seq_length, a.seed, a.data_cache_path);
-  SampleSource valid_src(readers, weights, a.split, 1, a.valid_samples(), a.seq_length, a.seed, a.data_cache_path);
-  SampleSource test_src(readers, weights, a.split, 2, a.test_samples(), a.seq_length, a.seed, a.data_cache_path);
+  // Rank 0 builds (and caches) the indices first; the others then load the cache.
+  std::string cache_dir = a.data_cache_path;
+  auto build_sources = [&] {
+    return std::make_tuple(std::make_unique<SampleSource>(readers, weights, a.split, 0, a.train_samples_total(), a.seq_length, a.seed, cache_dir),
+                           std::make_unique<SampleSource>(readers, weights, a.split, 1, a.valid_samples(), a.seq_length, a.seed, cache_dir),
+                           std::make_unique<SampleSource>(readers, weights, a.split, 2, a.test_samples(), a.seq_length, a.seed, cache_dir));
+  };
+  std::unique_ptr<SampleSource> train_p, valid_p, test_p;
+  if (env.rank == 0) std::tie(train_p, valid_p, test_p) = build_sources();
+  comm->barrier();
+  if (env.rank != 0) std::tie(train_p, valid_p, test_p) = build_sources();
+  const SampleSource &train_src = *train_p, &valid_src = *valid_p, &test_src = *test_p;
   if (train_src.empty()) throw Error(ErrorKind::Usage, "--split '%s' leaves no training documents", a.split.c_str());
 
   Gpt2Config cfg{.vocab_size = padded, .max_positions = a.max_position_embeddings, .num_layers = a.num_layers,
                  .hidden = a.hidden_size, .heads = a.num_attention_heads, .init_std = a.init_method_std,
                  .hidden_dropout = a.hidden_dropout, .attention_dropout = a.attention_dropout,
                  .checkpoint_activations = a.checkpoint_activations};
-  Gpt2 model(cfg);
+  Gpt2 model(cfg);  // same seed on every rank: the same initial weights
   model->to(device);
   const int64_t params = model->num_parameters();
-  ZLM_LOG_INF(" > number of parameters: %ld (params %.1f MiB, grads %.1f MiB, Adam m+v %.1f MiB, fp32)", (long)params,
-              params * 4 / 1048576.0, params * 4 / 1048576.0, params * 8 / 1048576.0);
-
-  // AdamW: weight decay on weights (matrices), not on biases or LayerNorm.
-  std::vector<torch::Tensor> decay, no_decay;
-  for (const auto& p : model->parameters()) (p.dim() >= 2 ? decay : no_decay).push_back(p);
-  auto opt_options = torch::optim::AdamWOptions(a.lr).betas({a.adam_beta1, a.adam_beta2}).eps(a.adam_eps);
-  std::vector<torch::optim::OptimizerParamGroup> groups;
-  groups.emplace_back(decay, std::make_unique<torch::optim::AdamWOptions>(torch::optim::AdamWOptions(opt_options).weight_decay(a.weight_decay)));
-  groups.emplace_back(no_decay, std::make_unique<torch::optim::AdamWOptions>(torch::optim::AdamWOptions(opt_options).weight_decay(0.0)));
-  torch::optim::AdamW opt(groups, opt_options);
+  ZeroEngine engine(model, *comm, zcfg, device);
+  ZLM_LOG_INF(" > number of parameters: %ld", (long)params);
+  {
+    MemoryPlan plan = engine.plan();
+    auto mine = torch::tensor({engine.optimizer_state_bytes()}, torch::kLong).to(device);
+    auto all = torch::zeros({W}, torch::kLong).to(device);
+    comm->all_gather(all, mine);
+    all = all.cpu();
+    const int64_t unsharded = engine.optimizer_state_bytes_full(false);
+    ZLM_LOG_INF(" > ZeRO stage %ld on %d rank%s, CPU offload %s%s; memory plan per rank:", (long)a.zero_stage, W, W > 1 ? "s" : "",
+                a.cpu_offload ? "on" : "off", a.offload_params ? " (parameters too)" : "");
+    ZLM_LOG_INF("     parameters (fp32):        %12ld B on %s, %12ld B on CPU (%s + %s)", (long)plan.params_device, device.str().c_str(),
+                (long)plan.params_host, human_bytes(plan.params_device).c_str(), human_bytes(plan.params_host).c_str());
+    ZLM_LOG_INF("     gradients (fp32):         %12ld B on %s, %12ld B on CPU", (long)plan.grads_device, device.str().c_str(), (long)plan.grads_host);
+    ZLM_LOG_INF("     optimizer states (fp32):  %12ld B on %s, %12ld B on CPU (Adam moments%s; unsharded %ld B)", (long)plan.optim_device,
+                device.str().c_str(), (long)plan.optim_host, a.cpu_offload ? " + master weights" : "", (long)unsharded);
+    if (env.rank == 0 && (!a.metrics_out.empty() || !a.save.empty())) {
+      std::string per_rank;
+      for (int r = 0; r < W; ++r) per_rank += (r ? ", " : "") + std::to_string(all[r].item<int64_t>());
+      std::string path = !a.metrics_out.empty() ? a.metrics_out : (fs::path(a.save) / "metrics.jsonl").string();
+      if (fs::path(path).has_parent_path()) fs::create_directories(fs::path(path).parent_path());
+      std::ofstream(path, std::ios::app) << "{\"memory_plan\": {\"zero_stage\": " << a.zero_stage << ", \"world_size\": " << W
+                                         << ", \"cpu_offload\": " << (a.cpu_offload ? "true" : "false")
+                                         << ", \"params_device\": " << plan.params_device << ", \"params_host\": " << plan.params_host
+                                         << ", \"grads_device\": " << plan.grads_device << ", \"grads_host\": " << plan.grads_host
+                                         << ", \"optim_device\": " << plan.optim_device << ", \"optim_host\": " << plan.optim_host
+                                         << ", \"parameters\": " << engine.unpadded_numel() << ", \"padded_parameters\": " << engine.padded_numel()
+                                         << ", \"optimizer_state_bytes_unsharded\": " << unsharded
+                                         << ", \"optimizer_state_bytes_padded\": " << engine.optimizer_state_bytes_full(true)
+                                         << ", \"optimizer_state_bytes_per_rank\": [" << per_rank << "]}}" << std::endl;
+    }
+  }
 
   RunState st;
-  if (!a.load.empty()) load_checkpoint(a, model, opt, st);
+  if (!a.load.empty()) load_checkpoint(a, model, engine, st);
   std::unique_ptr<std::ofstream> metrics;
   std::string metrics_path = !a.metrics_out.empty() ? a.metrics_out : (!a.save.empty() ? (fs::path(a.save) / "metrics.jsonl").string() : "");
-  if (!metrics_path.empty()) {
+  if (!metrics_path.empty() && env.rank == 0) {
     if (fs::path(metrics_path).has_parent_path()) fs::create_directories(fs::path(metrics_path).parent_path());
     metrics = std::make_unique<std::ofstream>(metrics_path, std::ios::app);
   }
 
-  const int64_t T = a.total_iters(), gbs = a.global_batch_size, mbs = a.micro_batch_size, micro = gbs / mbs;
+  const int64_t T = a.total_iters(), gbs = a.global_batch_size, mbs = a.micro_batch_size, micro = gbs / (mbs * W);
   const double L = static_cast<double>(a.num_layers), h = static_cast<double>(a.hidden_size), s = static_cast<double>(a.seq_length);
-  const double flops_per_iter = 24.0 * (a.checkpoint_activations ? 4 : 3) * static_cast<double>(gbs) * s * L * h * h *
+  const double flops_per_iter = 24.0 * (a.checkpoint_activations || a.zero_stage == 3 ? 4 : 3) * static_cast<double>(gbs) * s * L * h * h *
                                 (1.0 + s / (6.0 * h) + static_cast<double>(padded) / (16.0 * L * h));
+  // Megatron's data-parallel sampler: micro-step m of a global batch reads
+  // samples [m * mbs * W + rank * mbs, + mbs) of it.
+  auto rank_offset = [&](int64_t m) { return m * mbs * W + env.rank * mbs; };
+  auto all_mean = [&](double local_sum, int64_t local_count) {
+    auto t = torch::tensor({local_sum, static_cast<double>(local_count)}, torch::kDouble).to(device);
+    comm->all_reduce_sum(t);
+    t = t.cpu();
+    return t[0].item<double>() / t[1].item<double>();
+  };
 
   auto evaluate = [&](const std::string& label, const SampleSource& src, int64_t* consumed) {
     if (src.empty() || a.eval_iters == 0) return;
@@ -319,15 +497,17 @@ int train(const TrainArgs& a) {
     torch::NoGradGuard no_grad;
     double total = 0;
     int64_t n = 0;
-    for (int64_t e = 0; e < a.eval_iters; ++e)
+    for (int64_t e = 0; e < a.eval_iters; ++e) {
       for (int64_t m = 0; m < micro; ++m) {
-        auto [tok, lab] = batch(src, *consumed, mbs, a.seq_length, device);
-        *consumed += mbs;
+        auto [tok, lab] = batch(src, *consumed + rank_offset(m), mbs, a.seq_length, device);
         total += model->loss(tok, lab).item<double>();
         ++n;
       }
+      *consumed += gbs;
+    }
     model->train();
-    double v = total / static_cast<double>(n);
+    double v = all_mean(total, n);
+    if (env.rank != 0) return;
     char line[512];
     std::snprintf(line, sizeof line, " validation loss at %s | lm loss value: %.6E | lm loss PPL: %.6E | ", label.c_str(), v,
                   std::exp(std::min(20.0, v)));
@@ -343,36 +523,33 @@ int train(const TrainArgs& a) {
   int64_t valid_consumed = st.consumed_valid;
   while (st.iteration < T) {
     const double lr = megatron_lr(a, st.iteration);  // Megatron: the LR of the steps taken so far
-    for (auto& g : opt.param_groups()) static_cast<torch::optim::AdamWOptions&>(g.options()).lr(lr);
-    opt.zero_grad();
+    engine.begin_step();
     double loss_sum = 0;
     const double loss_mult = fp16 ? scaler.scale() : 1.0;
     for (int64_t m = 0; m < micro; ++m) {
-      auto [tok, lab] = batch(train_src, st.consumed_train + m * mbs, mbs, a.seq_length, device);
+      auto [tok, lab] = batch(train_src, st.consumed_train + rank_offset(m), mbs, a.seq_length, device);
       auto loss = model->loss(tok, lab);
       (loss * (loss_mult / static_cast<double>(micro))).backward();
+      engine.after_backward();
       loss_sum += loss.item<double>();
     }
-    if (fp16) {
-      torch::NoGradGuard no_grad;
-      for (auto& p : model->parameters())
-        if (p.grad().defined()) p.grad().div_(loss_mult);
-    }
-    double grad_norm = a.clip_grad > 0 ? torch::nn::utils::clip_grad_norm_(model->parameters(), a.clip_grad)
-                                       : torch::nn::utils::clip_grad_norm_(model->parameters(), 1e30);
+    // Mean over ranks (the sum is taken by the reduction) and the loss scale undone.
+    const double grad_norm = engine.reduce_grads(1.0 / (loss_mult * static_cast<double>(W)));
     const bool found_inf = !std::isfinite(grad_norm);
     if (fp16) scaler.update(found_inf);
+    const double loss_avg = W > 1 ? all_mean(loss_sum, micro) : loss_sum / static_cast<double>(micro);
     if (found_inf && fp16) {  // Megatron skips the update and counts it
       ++skipped_iters;
-      nan_iters += !std::isfinite(loss_sum);
+      nan_iters += !std::isfinite(loss_avg);
     } else {
-      opt.step();
+      const double clip = a.clip_grad > 0 ? std::min(1.0, a.clip_grad / (grad_norm + 1e-6)) : 1.0;
+      engine.step(lr, clip);
     }
     ++st.iteration;
     st.consumed_train += gbs;
-    interval_loss += loss_sum / static_cast<double>(micro);
+    interval_loss += loss_avg;
     ++interval_iters;
-    if (st.iteration % a.log_interval == 0 || st.iteration == T) {
+    if ((st.iteration % a.log_interval == 0 || st.iteration == T) && env.rank == 0) {
       double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - interval_start).count() / static_cast<double>(interval_iters);
       double avg = interval_loss / static_cast<double>(interval_iters);
       double lr_now = megatron_lr(a, st.iteration);
@@ -382,12 +559,14 @@ int train(const TrainArgs& a) {
                    "number of nan iterations: %3ld | samples per second: %.3f | TFLOPs: %.2f |\n",
                    (long)st.iteration, (long)T, (long)st.consumed_train, (long)(st.consumed_train * a.seq_length), secs, lr_now,
                    (long)gbs, avg, fp16 ? strprintf(" loss scale: %.1f |", scaler.scale()).c_str() : "", grad_norm,
-                   (long)skipped_iters, (long)nan_iters, static_cast<double>(gbs) / secs, flops_per_iter / secs / 1e12);
-      skipped_iters = nan_iters = 0;
+                   (long)skipped_iters, (long)nan_iters, static_cast<double>(gbs) / secs, flops_per_iter / secs / 1e12 / W);
       if (metrics)
-        *metrics << "{\"iteration\": " << st.iteration << ", \"consumed_samples\": " << st.consumed_train << ", \"lm_loss\": " << avg
+        *metrics << "{\"iteration\": " << st.iteration << ", \"consumed_samples\": " << st.consumed_train << ", \"lm_loss\": " << std::setprecision(9) << avg
                  << ", \"lr\": " << lr_now << ", \"grad_norm\": " << grad_norm << ", \"seconds_per_iteration\": " << secs
                  << ", \"tflops\": " << flops_per_iter / secs / 1e12 << "}" << std::endl;
+    }
+    if (st.iteration % a.log_interval == 0 || st.iteration == T) {
+      skipped_iters = nan_iters = 0;
       interval_loss = 0;
       interval_iters = 0;
       interval_start = std::chrono::steady_clock::now();
@@ -396,17 +575,19 @@ int train(const TrainArgs& a) {
       evaluate("iteration " + std::to_string(st.iteration), valid_src, &valid_consumed);
       st.consumed_valid = valid_consumed;
     }
-    if (!a.save.empty() && a.save_interval > 0 && st.iteration % a.save_interval == 0) save_checkpoint(a, model, opt, st);
+    if (!a.save.empty() && a.save_interval > 0 && st.iteration % a.save_interval == 0) save_checkpoint(a, model, engine, *comm, st);
     if (a.exit_interval > 0 && st.iteration % a.exit_interval == 0) {
-      if (!a.save.empty() && (a.save_interval == 0 || st.iteration % a.save_interval != 0)) save_checkpoint(a, model, opt, st);
+      if (!a.save.empty() && (a.save_interval == 0 || st.iteration % a.save_interval != 0)) save_checkpoint(a, model, engine, *comm, st);
       ZLM_LOG_INF("exiting program at iteration %ld", (long)st.iteration);
+      comm->shutdown();
       return 0;
     }
   }
-  if (!a.save.empty() && (a.save_interval == 0 || st.iteration % a.save_interval != 0)) save_checkpoint(a, model, opt, st);
+  if (!a.save.empty() && (a.save_interval == 0 || st.iteration % a.save_interval != 0)) save_checkpoint(a, model, engine, *comm, st);
   evaluate("the end of training for val data", valid_src, &valid_consumed);
   int64_t test_consumed = 0;
   evaluate("the end of training for test data", test_src, &test_consumed);
+  comm->shutdown();
   return 0;
 }
 

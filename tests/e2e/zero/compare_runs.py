@@ -1,0 +1,79 @@
+"""Compare pretrain_gpt runs: per-iteration training losses (metrics.jsonl) and
+the final checkpoint (weights and Adam moments, read with torch.jit.load).
+
+  compare_runs.py --rtol R --atol A REF_DIR RUN_DIR [RUN_DIR ...]
+
+Each DIR is a --save directory. Prints the largest differences; exits 1 when
+any value is outside |x - ref| <= atol + rtol * |ref|.
+"""
+import argparse
+import json
+import os
+import sys
+
+import torch
+
+
+def losses(run):
+    out = {}
+    with open(os.path.join(run, "metrics.jsonl")) as f:
+        for line in f:
+            rec = json.loads(line)
+            if "consumed_samples" in rec:
+                out[rec["iteration"]] = rec["lm_loss"]
+    return out
+
+
+def checkpoint(run):
+    it = open(os.path.join(run, "latest_checkpointed_iteration.txt")).read().strip()
+    m = torch.jit.load(os.path.join(run, "iter_%07d" % int(it), "mp_rank_00", "model_optim_rng.pt"))
+    state = {"param/" + k: v for k, v in m.model.named_parameters()}
+    state.update({"exp_avg/" + k: v for k, v in m.optimizer.exp_avg.named_parameters()})
+    state.update({"exp_avg_sq/" + k: v for k, v in m.optimizer.exp_avg_sq.named_parameters()})
+    return int(it), state
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rtol", type=float, required=True)
+    ap.add_argument("--atol", type=float, required=True)
+    ap.add_argument("--losses-only", action="store_true")
+    ap.add_argument("ref")
+    ap.add_argument("runs", nargs="+")
+    a = ap.parse_args()
+    ref_loss = losses(a.ref)
+    ref_it, ref_state = (None, None) if a.losses_only else checkpoint(a.ref)
+    ok = True
+    for run in a.runs:
+        got = losses(run)
+        common = sorted(set(got) & set(ref_loss))
+        if not common:
+            print(f"FAIL {run}: no iterations in common with {a.ref}")
+            ok = False
+            continue
+        worst_loss = max(abs(got[i] - ref_loss[i]) / max(1e-30, a.atol + a.rtol * abs(ref_loss[i])) for i in common)
+        max_loss = max(abs(got[i] - ref_loss[i]) for i in common)
+        line = f"{run}: {len(common)} losses, max |diff| {max_loss:.3g}"
+        bad = worst_loss > 1
+        if not a.losses_only:
+            it, state = checkpoint(run)
+            if it != ref_it or set(state) != set(ref_state):
+                print(f"FAIL {run}: checkpoint iteration {it} / tensors differ from {a.ref}")
+                ok = False
+                continue
+            worst, max_abs, where = 0.0, 0.0, ""
+            for k, r in ref_state.items():
+                d = (state[k] - r).abs()
+                ratio = (d / (a.atol + a.rtol * r.abs()).clamp_min(1e-30)).max().item()
+                if ratio > worst:
+                    worst, where = ratio, k
+                max_abs = max(max_abs, d.max().item())
+            line += f"; {len(state)} tensors, max |diff| {max_abs:.3g} (worst vs tolerance: {where}, {worst:.2f})"
+            bad = bad or worst > 1
+        print(("FAIL " if bad else "ok   ") + line)
+        ok = ok and not bad
+    sys.exit(0 if ok else 1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,135 @@
+#!/usr/bin/env bash
+# ZeRO on CPU with several processes (Gloo over loopback), a tiny GPT-2 on the
+# OpenWebText fixture, fp32, gradient accumulation and clipping active:
+#  1. world sizes 1-4 (3 forces padding) x stages 0-3, offload on and off: the
+#     per-iteration losses and the final weights and Adam moments equal
+#     single-process training (rtol 1e-5, atol 1e-5: the elements whose true
+#     gradient is 0, such as the attention key biases, carry rounding noise);
+#  2. stages 1, 2 and 3 at the same world size: losses agree to 1e-7
+#     (relative), stage 2 and 3 weights bit for bit;
+#  3. every rank holds 1/W of the optimizer states (from the tensors, plus
+#     the padding to W * 64 elements per bucket);
+#  4. a checkpoint saved by W ranks resumes on W' (2->3, 4->1, 1->2) and the run
+#     continues as the uninterrupted one did (tolerance of 1);
+#  5. faults: a rank killed mid-run makes the other exit non-zero with a clear
+#     message (no hang), under our launcher and under torchrun-style env;
+#     ranks started with different settings refuse to start.
+#   zero_test.sh SOURCE_DIR BIN_DIR PYTHON
+set -euo pipefail
+SRC=$1 BIN=$2 PY=$3
+DATA=$SRC/tests/data/megatron
+CMP="$PY $SRC/tests/e2e/zero/compare_runs.py"
+W=$(mktemp -d)
+trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$W"' EXIT
+cd "$W"
+export OMP_NUM_THREADS=1
+common=(--num-layers 2 --hidden-size 64 --num-attention-heads 4 --micro-batch-size 1 --global-batch-size 12
+        --seq-length 32 --max-position-embeddings 32 --train-iters 10 --lr 0.003 --lr-decay-style cosine --min-lr 0.0003
+        --lr-warmup-iters 3 --weight-decay 0.01 --clip-grad 0.5 --data-path $DATA/meg-gpt2-openwebtext_text_document
+        --vocab-file $DATA/gpt2-tiny-vocab.json --split 949,50,1 --log-interval 1 --eval-interval 5 --eval-iters 1
+        --hidden-dropout 0 --attention-dropout 0 --seed 1234 --data-cache-path $W/cache --distributed-backend gloo)
+run() {  # run NAME WORLD ARGS...
+  local name=$1 world=$2
+  shift 2
+  if ! $BIN/pretrain_gpt "${common[@]}" --nproc-per-node "$world" --save "$name" "$@" > "$name.log" 2>&1; then
+    echo "FAIL: $name ($world ranks $*)"; tail -20 "$name.log"; exit 1
+  fi
+}
+free_port() { $PY -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+
+# The reference: one process, no launcher.
+$BIN/pretrain_gpt "${common[@]}" --save ref > ref.log 2>&1 || { tail ref.log; exit 1; }
+grep -q 'memory plan per rank' ref.log
+
+# 1. every world size and stage, offload off; offload on for 2 and 3 ranks.
+runs=()
+for world in 1 2 3 4; do
+  for stage in 0 1 2 3; do
+    run w${world}_z$stage $world --zero-stage $stage
+    runs+=(w${world}_z$stage)
+  done
+done
+for world in 2 3; do
+  for stage in 0 1 2 3; do
+    run w${world}_z${stage}_off $world --zero-stage $stage --cpu-offload
+    runs+=(w${world}_z${stage}_off)
+  done
+done
+run w4_z3_offp 4 --zero-stage 3 --cpu-offload --offload-params
+runs+=(w4_z3_offp)
+grep -q 'initialized data parallel with size 4 (gloo backend' w4_z3_offp.log
+$CMP --rtol 1e-5 --atol 1e-5 ref "${runs[@]}"
+
+# 2. stages agree with each other at the same world size.
+$CMP --losses-only --rtol 1e-7 --atol 0 w3_z1 w3_z2 w3_z3
+$CMP --rtol 0 --atol 0 w3_z2 w3_z3
+
+# 3. optimizer-state bytes per rank are 1/W of the total (plus padding), counted from the tensors.
+$PY - "${runs[@]}" <<'PYEOF'
+import json, sys
+for run in sys.argv[1:]:
+    plan = next(json.loads(l)["memory_plan"] for l in open(run + "/metrics.jsonl") if "memory_plan" in l)
+    W, stage = plan["world_size"], plan["zero_stage"]
+    per = plan["optimizer_state_bytes_per_rank"]
+    unsharded = plan["optimizer_state_bytes_unsharded"]   # 8 B (Adam m, v) or 12 (+ master) per parameter
+    padded = plan["optimizer_state_bytes_padded"]         # the same over the padded buckets
+    buckets = 3                                           # outer + 2 blocks
+    width = 12
+    assert len(per) == W, (run, per)
+    if stage == 0:
+        assert all(p == padded for p in per), (run, per, padded)
+    else:
+        assert all(p * W == padded for p in per), (run, per, padded)
+        assert 0 <= padded - unsharded < buckets * W * 64 * width, (run, padded, unsharded)
+    print(f"ok   {run}: optimizer states {per[0]} B per rank of {unsharded} B unsharded (stage {stage}, {W} ranks)")
+PYEOF
+
+# 4. resharding: stop at iteration 5 on W ranks, resume on W' ranks.
+reshard() {  # NAME W STAGE W2 STAGE2 [extra for the second part]
+  local name=$1 w1=$2 z1=$3 w2=$4 z2=$5
+  shift 5
+  run $name $w1 --zero-stage $z1 --exit-interval 5
+  [[ "$(cat $name/latest_checkpointed_iteration.txt)" == 5 ]]
+  run $name $w2 --zero-stage $z2 --load $name "$@"
+  grep -q "loading checkpoint from $name at iteration 5 (saved by $w1 ranks)" $name.log
+}
+reshard re_2_3 2 2 3 2
+reshard re_4_1 4 3 1 0
+reshard re_1_2 1 0 2 1 --cpu-offload
+$CMP --rtol 1e-5 --atol 1e-5 ref re_2_3 re_4_1 re_1_2
+
+# 5a. a rank killed mid-run (launcher): the launcher stops the rest and fails.
+long=("${common[@]}" --train-iters 100000 --eval-interval 100000)
+$BIN/pretrain_gpt "${long[@]}" --nproc-per-node 2 > kill_launcher.log 2>&1 &
+launcher=$!
+for _ in $(seq 100); do grep -q ' iteration ' kill_launcher.log && break; sleep 0.1; done
+victim=$(pgrep -P $launcher | tail -1)
+kill -9 "$victim"
+start=$SECONDS
+if wait $launcher; then echo "FAIL: launcher exited 0 after a rank was killed"; exit 1; fi
+(( SECONDS - start < 30 )) || { echo "FAIL: took $((SECONDS - start)) s to notice"; exit 1; }
+grep -q 'rank 1 was killed by signal' kill_launcher.log || { cat kill_launcher.log; exit 1; }
+
+# 5b. torchrun-style ranks started separately: rank 0 notices rank 1's death by itself.
+port=$(free_port)
+RANK=0 WORLD_SIZE=2 LOCAL_RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port $BIN/pretrain_gpt "${long[@]}" > r0.log 2>&1 &
+r0=$!
+RANK=1 WORLD_SIZE=2 LOCAL_RANK=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port $BIN/pretrain_gpt "${long[@]}" > r1.log 2>&1 &
+r1=$!
+for _ in $(seq 100); do grep -q ' iteration ' r0.log && break; sleep 0.1; done
+kill -9 $r1
+start=$SECONDS
+if wait $r0; then echo "FAIL: rank 0 exited 0 after rank 1 was killed"; exit 1; fi
+(( SECONDS - start < 30 )) || { echo "FAIL: rank 0 took $((SECONDS - start)) s to notice"; exit 1; }
+grep -q 'rank 0 of 2: .* failed: .*HINT: another rank died' r0.log || { cat r0.log; exit 1; }
+
+# 5c. different settings on different ranks: both refuse, naming the difference.
+port=$(free_port)
+RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port $BIN/pretrain_gpt "${common[@]}" --zero-stage 2 > m0.log 2>&1 &
+m0=$!
+if RANK=1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port $BIN/pretrain_gpt "${common[@]}" --zero-stage 3 > m1.log 2>&1; then
+  echo "FAIL: rank 1 with another ZeRO stage started"; exit 1
+fi
+if wait $m0; then echo "FAIL: rank 0 accepted a rank with another ZeRO stage"; exit 1; fi
+grep -q 'rank 1 was started with different model or ZeRO settings than rank 0: zero-stage=3 (rank 0: 2)' m0.log || { cat m0.log; exit 1; }
+echo "zero ok"

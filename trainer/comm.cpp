@@ -1,0 +1,178 @@
+#include "trainer/comm.h"
+
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#ifdef ZLM_HAVE_GLOO
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#endif
+#ifdef ZLM_HAVE_NCCL
+#include <c10/cuda/CUDAFunctions.h>
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
+
+#include "common/error.h"
+#include "common/log.h"
+
+namespace zlm::trainer {
+
+namespace {
+
+class LocalComm final : public Comm {
+ public:
+  std::string backend() const override { return "local"; }
+  void all_reduce_sum(at::Tensor&) override {}
+  void all_reduce_max(at::Tensor&) override {}
+  void reduce_scatter_sum(at::Tensor& shard, const at::Tensor& full) override {
+    if (!shard.is_same(full)) shard.copy_(full.view_as(shard));
+  }
+  void all_gather(at::Tensor& full, const at::Tensor& shard) override {
+    if (!shard.is_same(full)) full.copy_(shard.view_as(full));
+  }
+  void broadcast(at::Tensor&, int) override {}
+  void barrier() override {}
+  std::vector<std::string> exchange(const std::string&, const std::string& mine) override { return {mine}; }
+};
+
+class C10dComm final : public Comm {
+ public:
+  C10dComm(const DistEnv& env, const std::string& backend, bool cuda, std::chrono::milliseconds timeout)
+      : name_(backend), timeout_(timeout) {
+    rank_ = env.rank;
+    world_ = env.world_size;
+    c10d::TCPStoreOptions opts;
+    opts.port = static_cast<uint16_t>(env.master_port);
+    opts.isServer = env.rank == 0 && !env.agent_store;
+    opts.numWorkers = static_cast<size_t>(env.world_size);
+    opts.waitWorkers = false;
+    opts.timeout = timeout;
+    c10::intrusive_ptr<c10d::Store> store;
+    try {
+      store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, opts);
+    } catch (const std::exception& e) {
+      throw Error(ErrorKind::Io, "rank %d: cannot reach the rendezvous store at %s:%d (%s)", rank_, env.master_addr.c_str(),
+                  env.master_port, e.what());
+    }
+    if (env.agent_store)  // torchrun's agent namespaces each restart attempt
+      store = c10::make_intrusive<c10d::PrefixStore>("/worker/attempt_" + std::to_string(env.restart_count), store);
+    store_ = c10::make_intrusive<c10d::PrefixStore>("zerolm", store);
+    if (backend == "gloo") {
+#ifdef ZLM_HAVE_GLOO
+      auto o = c10d::ProcessGroupGloo::Options::create(timeout);
+      const char* iface = std::getenv("GLOO_SOCKET_IFNAME");
+      bool loopback = env.world_size == env.local_world_size;  // one host: stay on loopback
+      o->devices.push_back(iface && *iface ? c10d::ProcessGroupGloo::createDeviceForInterface(iface)
+                           : loopback       ? c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1")
+                                            : c10d::ProcessGroupGloo::createDefaultDevice());
+      o->threads = 2;
+      pg_ = c10::make_intrusive<c10d::ProcessGroupGloo>(c10::make_intrusive<c10d::PrefixStore>("gloo", store_), rank_, world_, o);
+#else
+      throw Error(ErrorKind::Usage, "this build has no Gloo backend (the gloo headers were missing at build time)");
+#endif
+    } else {
+#ifdef ZLM_HAVE_NCCL
+      if (!cuda) throw Error(ErrorKind::Usage, "the nccl backend needs CUDA tensors; use --distributed-backend gloo on CPU");
+      c10::cuda::set_device(static_cast<c10::DeviceIndex>(env.local_rank));
+      auto o = c10d::ProcessGroupNCCL::Options::create();
+      o->timeout = timeout;
+      auto nccl = c10::make_intrusive<c10d::ProcessGroupNCCL>(c10::make_intrusive<c10d::PrefixStore>("nccl", store_), rank_, world_, o);
+      nccl->setBoundDeviceId(at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(env.local_rank)));
+      pg_ = nccl;
+#else
+      (void)cuda;
+      throw Error(ErrorKind::Usage, "this build has no NCCL backend (built without CUDA or without nccl.h)");
+#endif
+    }
+  }
+  ~C10dComm() override { shutdown(); }
+
+  std::string backend() const override { return name_; }
+  void all_reduce_sum(at::Tensor& t) override {
+    std::vector<at::Tensor> v{t};
+    wait("all_reduce", pg_->allreduce(v));
+  }
+  void all_reduce_max(at::Tensor& t) override {
+    std::vector<at::Tensor> v{t};
+    c10d::AllreduceOptions o;
+    o.reduceOp = c10d::ReduceOp::MAX;
+    wait("all_reduce(max)", pg_->allreduce(v, o));
+  }
+  void reduce_scatter_sum(at::Tensor& shard, const at::Tensor& full) override {
+    at::Tensor in = full;
+    wait("reduce_scatter", pg_->_reduce_scatter_base(shard, in));
+  }
+  void all_gather(at::Tensor& full, const at::Tensor& shard) override {
+    at::Tensor in = shard;
+    wait("all_gather", pg_->_allgather_base(full, in));
+  }
+  void broadcast(at::Tensor& t, int root) override {
+    std::vector<at::Tensor> v{t};
+    c10d::BroadcastOptions o;
+    o.rootRank = root;
+    wait("broadcast", pg_->broadcast(v, o));
+  }
+  void barrier() override { wait("barrier", pg_->barrier()); }
+  std::vector<std::string> exchange(const std::string& key, const std::string& mine) override {
+    try {
+      store_->set(key + "/" + std::to_string(rank_), std::vector<uint8_t>(mine.begin(), mine.end()));
+      std::vector<std::string> all;
+      for (int r = 0; r < world_; ++r) {
+        auto v = store_->get(key + "/" + std::to_string(r));
+        all.emplace_back(v.begin(), v.end());
+      }
+      return all;
+    } catch (const std::exception& e) {
+      throw Error(ErrorKind::Io, "rank %d of %d: rendezvous '%s' failed (%s) ---> HINT: another rank did not start or died",
+                  rank_, world_, key.c_str(), e.what());
+    }
+  }
+  void shutdown() override {
+    if (!pg_) return;
+    try {
+      pg_->shutdown();
+    } catch (const std::exception&) {  // backends without shutdown() are fine
+    }
+    pg_.reset();
+  }
+
+ private:
+  void wait(const char* op, const c10::intrusive_ptr<c10d::Work>& work) {
+    try {
+      work->wait(timeout_);
+    } catch (const std::exception& e) {
+      std::string what = e.what();
+      if (auto nl = what.find('\n'); nl != std::string::npos) what.resize(nl);
+      throw Error(ErrorKind::Io, "rank %d of %d: %s failed: %s ---> HINT: another rank died or timed out; see its log", rank_,
+                  world_, op, what.c_str());
+    }
+  }
+
+  std::string name_;
+  std::chrono::milliseconds timeout_;
+  c10::intrusive_ptr<c10d::Store> store_;
+  c10::intrusive_ptr<c10d::Backend> pg_;
+};
+
+}  // namespace
+
+bool comm_has_gloo() {
+#ifdef ZLM_HAVE_GLOO
+  return true;
+#else
+  return false;
+#endif
+}
+
+bool comm_has_nccl() {
+#ifdef ZLM_HAVE_NCCL
+  return true;
+#else
+  return false;
+#endif
+}
+
+std::unique_ptr<Comm> make_comm(const DistEnv& env, const std::string& backend, bool cuda, std::chrono::milliseconds timeout) {
+  if (env.world_size == 1) return std::make_unique<LocalComm>();
+  return std::make_unique<C10dComm>(env, backend, cuda, timeout);
+}
+
+}  // namespace zlm::trainer

@@ -1,0 +1,115 @@
+#include "trainer/dist_env.h"
+
+#include <charconv>
+#include <cstdlib>
+
+#include "common/error.h"
+
+namespace zlm::trainer {
+
+namespace {
+
+int env_int(const GetEnv& getenv, const char* name, int fallback) {
+  const char* v = getenv(name);
+  if (!v || !*v) return fallback;
+  int out = 0;
+  std::string s(v);
+  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
+  if (ec != std::errc() || p != s.data() + s.size() || out < 0)
+    throw Error(ErrorKind::Usage, "environment variable %s='%s' is not a non-negative integer", name, v);
+  return out;
+}
+
+std::string env_str(const GetEnv& getenv, const char* name) {
+  const char* v = getenv(name);
+  return v ? std::string(v) : std::string();
+}
+
+}  // namespace
+
+std::string slurm_first_host(const std::string& nodelist) {
+  // The first comma outside brackets ends the first entry.
+  size_t depth = 0, end = nodelist.size();
+  for (size_t i = 0; i < nodelist.size(); ++i) {
+    if (nodelist[i] == '[') ++depth;
+    else if (nodelist[i] == ']' && depth > 0) --depth;
+    else if (nodelist[i] == ',' && depth == 0) {
+      end = i;
+      break;
+    }
+  }
+  std::string first = nodelist.substr(0, end);
+  if (first.empty()) throw Error(ErrorKind::Usage, "SLURM_JOB_NODELIST '%s' names no host", nodelist.c_str());
+  size_t open = first.find('[');
+  if (open == std::string::npos) return first;
+  size_t close = first.find(']', open);
+  if (close == std::string::npos) throw Error(ErrorKind::Usage, "SLURM_JOB_NODELIST '%s': unbalanced '['", nodelist.c_str());
+  std::string range = first.substr(open + 1, close - open - 1);
+  std::string lo = range.substr(0, range.find_first_of(",-"));
+  return first.substr(0, open) + lo + first.substr(close + 1);
+}
+
+DistEnv dist_env_from(const GetEnv& getenv) {
+  DistEnv e;
+  bool multi_host_possible = true;
+  if (getenv("RANK") && getenv("WORLD_SIZE")) {
+    e.launcher = "torchrun";
+    e.rank = env_int(getenv, "RANK", 0);
+    e.world_size = env_int(getenv, "WORLD_SIZE", 1);
+    e.local_rank = env_int(getenv, "LOCAL_RANK", 0);
+    e.local_world_size = env_int(getenv, "LOCAL_WORLD_SIZE", e.world_size);
+    e.agent_store = env_str(getenv, "TORCHELASTIC_USE_AGENT_STORE") == "True";
+    e.restart_count = env_int(getenv, "TORCHELASTIC_RESTART_COUNT", 0);
+  } else if (getenv("SLURM_PROCID") && getenv("SLURM_NTASKS")) {
+    e.launcher = "slurm";
+    e.rank = env_int(getenv, "SLURM_PROCID", 0);
+    e.world_size = env_int(getenv, "SLURM_NTASKS", 1);
+    e.local_rank = env_int(getenv, "SLURM_LOCALID", 0);
+    // SLURM_NTASKS_PER_NODE may read "4" or "4(x2)"; the leading number is what we need.
+    std::string per_node = env_str(getenv, "SLURM_NTASKS_PER_NODE");
+    e.local_world_size = per_node.empty() ? e.world_size : std::atoi(per_node.c_str());
+    if (!getenv("MASTER_ADDR")) {
+      std::string nodes = env_str(getenv, "SLURM_JOB_NODELIST");
+      if (nodes.empty()) nodes = env_str(getenv, "SLURM_NODELIST");
+      if (!nodes.empty()) e.master_addr = slurm_first_host(nodes);
+      else multi_host_possible = false;
+    }
+  } else {
+    // MPI launchers: the same four numbers under each implementation's names.
+    struct Names {
+      const char *launcher, *rank, *size, *local_rank, *local_size;
+    };
+    static const Names kMpi[] = {
+        {"openmpi", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"},
+        {"mpich", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS"}};
+    for (const Names& n : kMpi) {
+      if (!getenv(n.rank) || !getenv(n.size)) continue;
+      e.launcher = n.launcher;
+      e.rank = env_int(getenv, n.rank, 0);
+      e.world_size = env_int(getenv, n.size, 1);
+      e.local_rank = env_int(getenv, n.local_rank, 0);
+      e.local_world_size = env_int(getenv, n.local_size, e.world_size);
+      break;
+    }
+  }
+  if (const char* addr = getenv("MASTER_ADDR"); addr && *addr) e.master_addr = addr;
+  e.master_port = env_int(getenv, "MASTER_PORT", 29500);
+  if (e.master_port == 0 || e.master_port > 65535) throw Error(ErrorKind::Usage, "MASTER_PORT=%d is not a port number", e.master_port);
+  if (e.world_size < 1) throw Error(ErrorKind::Usage, "%s: the world size must be at least 1", e.launcher.c_str());
+  if (e.rank >= e.world_size)
+    throw Error(ErrorKind::Usage, "%s: rank %d is outside a world of %d processes", e.launcher.c_str(), e.rank, e.world_size);
+  if (e.local_world_size < 1 || e.local_rank >= e.local_world_size)
+    throw Error(ErrorKind::Usage, "%s: local rank %d is outside %d local processes", e.launcher.c_str(), e.local_rank,
+                e.local_world_size);
+  // Several hosts need to know where rank 0 is; on one host loopback is right.
+  if (e.world_size > e.local_world_size && !getenv("MASTER_ADDR") && (e.launcher != "slurm" || !multi_host_possible))
+    throw Error(ErrorKind::Usage, "%s: %d processes on several hosts need MASTER_ADDR (rank 0's host)", e.launcher.c_str(),
+                e.world_size);
+  return e;
+}
+
+DistEnv dist_env_from_process() {
+  return dist_env_from([](const char* name) -> const char* { return std::getenv(name); });
+}
+
+}  // namespace zlm::trainer

@@ -1,0 +1,165 @@
+#include "trainer/launcher.h"
+
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <set>
+#include <thread>
+
+#include "common/error.h"
+#include "common/log.h"
+
+namespace zlm::trainer {
+
+namespace {
+
+volatile sig_atomic_t g_forward_signal = 0;
+void on_signal(int sig) { g_forward_signal = sig; }
+
+int free_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) throw Error(ErrorKind::Io, "cannot open a socket to find a free port: %s", std::strerror(errno));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  socklen_t len = sizeof addr;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    int err = errno;
+    ::close(fd);
+    throw Error(ErrorKind::Io, "cannot find a free port: %s", std::strerror(err));
+  }
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+std::string describe_status(int status) {
+  if (WIFEXITED(status)) return "exited with code " + std::to_string(WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) return std::string("was killed by signal ") + ::strsignal(WTERMSIG(status));
+  return "stopped";
+}
+
+int exit_code(int status) {
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return 1;
+}
+
+}  // namespace
+
+std::vector<std::string> strip_launcher_flags(int argc, const char* const* argv) {
+  static const std::set<std::string> kFlags = {"--nproc-per-node", "--nnodes", "--node-rank", "--master-addr", "--master-port"};
+  std::vector<std::string> out;
+  for (int i = 0; i < argc; ++i) {
+    std::string a = argv[i];
+    std::string name = a.substr(0, a.find('='));
+    if (i > 0 && kFlags.count(name)) {
+      if (name == a) ++i;  // "--flag VALUE"
+      continue;
+    }
+    out.push_back(a);
+  }
+  return out;
+}
+
+int launch_local_ranks(const LaunchPlan& plan, const std::vector<std::string>& child_argv) {
+  const int world = plan.nproc_per_node * plan.nnodes;
+  std::string addr = !plan.master_addr.empty() ? plan.master_addr
+                     : std::getenv("MASTER_ADDR")  ? std::getenv("MASTER_ADDR")
+                                                   : "127.0.0.1";
+  int port = plan.master_port;
+  if (port == 0 && std::getenv("MASTER_PORT")) port = std::atoi(std::getenv("MASTER_PORT"));
+  if (port == 0) port = plan.nnodes == 1 ? free_port() : 29500;
+  unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  std::string threads = std::to_string(std::max(1u, cores / static_cast<unsigned>(plan.nproc_per_node)));
+  ZLM_LOG_INF("starting %d local ranks (world size %d, node %d of %d, rendezvous %s:%d)", plan.nproc_per_node, world,
+              plan.node_rank, plan.nnodes, addr.c_str(), port);
+
+  struct sigaction sa {};
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+
+  std::vector<pid_t> pids;
+  for (int local = 0; local < plan.nproc_per_node; ++local) {
+    pid_t pid = ::fork();
+    if (pid < 0) throw Error(ErrorKind::Io, "fork failed: %s", std::strerror(errno));
+    if (pid == 0) {
+      signal(SIGINT, SIG_DFL);
+      signal(SIGTERM, SIG_DFL);
+      const int rank = plan.node_rank * plan.nproc_per_node + local;
+      setenv("RANK", std::to_string(rank).c_str(), 1);
+      setenv("WORLD_SIZE", std::to_string(world).c_str(), 1);
+      setenv("LOCAL_RANK", std::to_string(local).c_str(), 1);
+      setenv("LOCAL_WORLD_SIZE", std::to_string(plan.nproc_per_node).c_str(), 1);
+      setenv("GROUP_RANK", std::to_string(plan.node_rank).c_str(), 1);
+      setenv("MASTER_ADDR", addr.c_str(), 1);
+      setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
+      setenv("OMP_NUM_THREADS", threads.c_str(), 0);
+      unsetenv("TORCHELASTIC_USE_AGENT_STORE");
+      std::vector<char*> cargv;
+      for (const auto& s : child_argv) cargv.push_back(const_cast<char*>(s.c_str()));
+      cargv.push_back(nullptr);
+      ::execv("/proc/self/exe", cargv.data());
+      std::fprintf(stderr, "pretrain_gpt: cannot start rank %d: %s\n", rank, std::strerror(errno));
+      _exit(127);
+    }
+    pids.push_back(pid);
+  }
+
+  // Supervise: the first failure stops everyone.
+  std::vector<bool> done(pids.size(), false);
+  size_t remaining = pids.size();
+  int result = 0;
+  bool stopping = false;
+  auto deadline = std::chrono::steady_clock::time_point::max();
+  auto stop_all = [&](int sig) {
+    for (size_t i = 0; i < pids.size(); ++i)
+      if (!done[i]) ::kill(pids[i], sig);
+  };
+  while (remaining > 0) {
+    if (g_forward_signal && !stopping) {
+      ZLM_LOG_WRN("launcher got signal %d; stopping every rank", static_cast<int>(g_forward_signal));
+      stop_all(g_forward_signal);
+      result = 128 + g_forward_signal;
+      stopping = true;
+      deadline = std::chrono::steady_clock::now() + std::chrono::seconds(15);
+    }
+    int status = 0;
+    pid_t pid = ::waitpid(-1, &status, WNOHANG);
+    if (pid > 0) {
+      for (size_t i = 0; i < pids.size(); ++i) {
+        if (pids[i] != pid) continue;
+        done[i] = true;
+        --remaining;
+        const int rank = plan.node_rank * plan.nproc_per_node + static_cast<int>(i);
+        if (exit_code(status) != 0 && !stopping) {
+          ZLM_LOG_ERR("rank %d %s; stopping the other ranks", rank, describe_status(status).c_str());
+          result = exit_code(status);
+          stopping = true;
+          stop_all(SIGTERM);
+          deadline = std::chrono::steady_clock::now() + std::chrono::seconds(15);
+        }
+      }
+      continue;
+    }
+    if (pid < 0 && errno != EINTR) break;
+    if (stopping && std::chrono::steady_clock::now() > deadline) {
+      ZLM_LOG_ERR("ranks did not stop within 15 s of SIGTERM; killing them");
+      stop_all(SIGKILL);
+      deadline = std::chrono::steady_clock::time_point::max();
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return result;
+}
+
+}  // namespace zlm::trainer

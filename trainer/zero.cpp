@@ -1,0 +1,449 @@
+#include "trainer/zero.h"
+
+#include <ATen/autocast_mode.h>
+#include <torch/csrc/autograd/utils/lambda_post_hook.h>
+#include <torch/csrc/autograd/variable.h>
+
+#include <algorithm>
+#include <cmath>
+#include <mutex>
+
+#include "common/error.h"
+#include "common/log.h"
+
+namespace zlm::trainer {
+
+namespace {
+
+struct Slot {
+  std::string name;
+  torch::Tensor param;  // the module's parameter (its data is swapped, never the object)
+  int64_t offset = 0, numel = 0;
+  std::vector<int64_t> shape;
+};
+
+struct Bucket {
+  std::vector<Slot> slots;
+  int64_t numel = 0, padded = 0, decay_end = 0;  // decay_end: weights [0, decay_end), the rest not decayed
+  int64_t own_begin = 0, own_len = 0;            // the range this rank steps
+  int block = -1;                                // transformer block index, -1 for the outer bucket
+  bool sharded_params = false;                   // stage 3 block: parameters exist only as shards
+  bool hooked = false;                           // gradients reduced from autograd hooks (stages 2, 3)
+  torch::Tensor flat_param;   // full parameters (unless sharded_params)
+  torch::Tensor param_shard;  // sharded_params: this rank's parameters (device, or host with offload_params)
+  torch::Tensor flat_grad;    // stages 0, 1: the buffer param.grad views point into
+  torch::Tensor grad_shard;   // reduced gradient of the owned range (device)
+  torch::Tensor host_grad;    // offload: host copy of grad_shard
+  torch::Tensor master, exp_avg, exp_avg_sq;  // owned range, on the optimizer's device
+  bool master_is_param = false;
+  size_t ready = 0;
+  bool launched = false;
+};
+
+torch::Tensor zeros_on(int64_t n, const torch::Device& dev, bool pin) {
+  auto opts = torch::TensorOptions().dtype(torch::kFloat).device(dev);
+  if (pin && dev.is_cpu()) opts = opts.pinned_memory(true);
+  return torch::zeros({n}, opts);
+}
+
+int64_t bytes(const torch::Tensor& t) { return t.defined() ? t.numel() * static_cast<int64_t>(t.element_size()) : 0; }
+
+}  // namespace
+
+struct ZeroEngine::Impl {
+  Gpt2& model;
+  Comm& comm;
+  ZeroConfig cfg;
+  torch::Device device, opt_device;
+  bool pin = false;
+  int W = 1, rank = 0;
+  std::vector<Bucket> buckets;            // [0] outer, [1 + l] block l
+  std::vector<size_t> hooked_order;       // launch order of hooked buckets (reverse model order)
+  size_t next_launch = 0;
+  std::mutex mu;
+  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators;  // keep the hooked nodes alive
+  int64_t max_padded = 0;
+
+  Impl(Gpt2& m, Comm& c, const ZeroConfig& z, const torch::Device& d)
+      : model(m), comm(c), cfg(z), device(d), opt_device(z.offload_optimizer ? torch::Device(torch::kCPU) : d) {
+    W = comm.world();
+    rank = comm.rank();
+    pin = z.offload_optimizer && d.is_cuda();
+    const int64_t L = m->config().num_layers;
+    buckets.resize(static_cast<size_t>(L + 1));
+    for (int64_t l = 0; l <= L; ++l) buckets[static_cast<size_t>(l)].block = static_cast<int>(l) - 1;
+    // Assign parameters: "blocks.<l>.*" to block l, everything else to the outer bucket.
+    std::vector<std::vector<Slot>> decay(buckets.size()), no_decay(buckets.size());
+    for (const auto& item : m->named_parameters()) {
+      const std::string& name = item.key();
+      size_t b = 0;
+      if (name.rfind("blocks.", 0) == 0) b = 1 + std::stoul(name.substr(7, name.find('.', 7) - 7));
+      Slot s{name, item.value(), 0, item.value().numel(), item.value().sizes().vec()};
+      (item.value().dim() >= 2 ? decay : no_decay)[b].push_back(s);
+    }
+    const int64_t unit = static_cast<int64_t>(W) * cfg.align;
+    for (size_t b = 0; b < buckets.size(); ++b) {
+      Bucket& k = buckets[b];
+      for (auto* group : {&decay[b], &no_decay[b]}) {
+        for (auto& s : *group) {
+          s.offset = k.numel;
+          k.numel += s.numel;
+          k.slots.push_back(s);
+        }
+        if (group == &decay[b]) k.decay_end = k.numel;
+      }
+      k.padded = (k.numel + unit - 1) / unit * unit;
+      max_padded = std::max(max_padded, k.padded);
+      const int64_t shard = k.padded / W;
+      k.own_begin = cfg.stage == 0 ? 0 : rank * shard;
+      k.own_len = cfg.stage == 0 ? k.padded : shard;
+      k.sharded_params = cfg.stage == 3 && k.block >= 0;
+      k.hooked = cfg.stage >= 2 && !k.sharded_params;
+      // Parameters into one flat buffer.
+      torch::NoGradGuard no_grad;
+      auto flat = zeros_on(k.padded, device, false);
+      for (auto& s : k.slots) flat.narrow(0, s.offset, s.numel).copy_(s.param.detach().reshape({-1}));
+      if (k.sharded_params) {
+        auto where = cfg.offload_params ? torch::Device(torch::kCPU) : device;
+        k.param_shard = zeros_on(k.own_len, where, cfg.offload_params && device.is_cuda());
+        k.param_shard.copy_(flat.narrow(0, k.own_begin, k.own_len));
+        for (auto& s : k.slots) s.param.set_data(torch::empty({0}, s.param.options()));
+      } else {
+        k.flat_param = flat;
+        for (auto& s : k.slots) s.param.set_data(flat.narrow(0, s.offset, s.numel).view(s.shape));
+      }
+      // Gradients.
+      if (cfg.stage <= 1) {
+        k.flat_grad = zeros_on(k.padded, device, false);
+        for (auto& s : k.slots) s.param.mutable_grad() = k.flat_grad.narrow(0, s.offset, s.numel).view(s.shape);
+        k.grad_shard = cfg.stage == 0 ? k.flat_grad : zeros_on(k.own_len, device, false);
+      } else {
+        k.grad_shard = zeros_on(k.own_len, device, false);
+      }
+      if (cfg.offload_optimizer) k.host_grad = zeros_on(k.own_len, opt_device, pin);
+      // Optimizer state of the owned range: master weights, Adam moments.
+      torch::Tensor own = k.sharded_params ? k.param_shard : k.flat_param.narrow(0, k.own_begin, k.own_len);
+      // With offload the master weights are a separate host copy (copied back
+      // after each step), also when training on CPU, so CPU tests run that path;
+      // only stage-3 shards already in host memory serve as their own master.
+      const bool host_shard = k.sharded_params && cfg.offload_params;
+      if (own.device() == opt_device && (!cfg.offload_optimizer || host_shard)) {
+        k.master = own;
+        k.master_is_param = true;
+      } else {
+        k.master = zeros_on(k.own_len, opt_device, pin);
+        k.master.copy_(own);
+      }
+      k.exp_avg = zeros_on(k.own_len, opt_device, pin);
+      k.exp_avg_sq = zeros_on(k.own_len, opt_device, pin);
+    }
+    // Stages 2 and 3: reduce a bucket's gradients as soon as backward produced them all.
+    for (size_t b = buckets.size(); b-- > 1;)
+      if (buckets[b].hooked) hooked_order.push_back(b);
+    if (buckets[0].hooked) hooked_order.push_back(0);
+    for (size_t b : hooked_order)
+      for (auto& s : buckets[b].slots) {
+        auto acc = torch::autograd::impl::grad_accumulator(s.param);
+        acc->add_post_hook(std::make_unique<torch::autograd::utils::LambdaPostHook>(
+            [this, b](const torch::autograd::variable_list& outputs, const torch::autograd::variable_list&) {
+              param_ready(b);
+              return outputs;
+            }));
+        accumulators.push_back(acc);
+      }
+    if (cfg.stage == 3) {
+      auto* self = this;
+      model->block_fn = [self](size_t l, const torch::Tensor& x) { return self->run_sharded_block(l, x); };
+    }
+  }
+
+  ~Impl() {
+    model->block_fn = nullptr;
+  }
+
+  // ---- stages 2/3: hooked buckets, launched in one fixed order on every rank
+  void param_ready(size_t b) {
+    std::lock_guard<std::mutex> lock(mu);
+    Bucket& k = buckets[b];
+    if (++k.ready < k.slots.size()) return;
+    launch_ready();
+  }
+  void launch_ready() {  // holds mu
+    while (next_launch < hooked_order.size()) {
+      Bucket& k = buckets[hooked_order[next_launch]];
+      if (k.ready < k.slots.size()) return;
+      reduce_hooked(k);
+      ++next_launch;
+    }
+  }
+  void reduce_hooked(Bucket& k) {
+    torch::NoGradGuard no_grad;
+    auto staging = zeros_on(k.padded, device, false);
+    for (auto& s : k.slots) {
+      auto& g = s.param.mutable_grad();
+      if (g.defined()) staging.narrow(0, s.offset, s.numel).copy_(g.reshape({-1}));
+      g.reset();  // the full gradient is not kept: that is what stage 2 saves
+    }
+    reduce_into_shard(k, staging);
+    k.launched = true;
+  }
+  void reduce_into_shard(Bucket& k, const torch::Tensor& full) {
+    auto part = torch::empty({k.own_len}, full.options());
+    comm.reduce_scatter_sum(part, full);
+    k.grad_shard.add_(part);
+  }
+
+  // ---- stage 3: a block whose parameters are gathered around each use
+  void gather(Bucket& k) {
+    torch::NoGradGuard no_grad;
+    auto full = torch::empty({k.padded}, torch::TensorOptions().dtype(torch::kFloat).device(device));
+    torch::Tensor src = k.param_shard.device() == device ? k.param_shard : k.param_shard.to(device, /*non_blocking=*/true);
+    comm.all_gather(full, src);
+    for (auto& s : k.slots) s.param.set_data(full.narrow(0, s.offset, s.numel).view(s.shape));
+  }
+  void release(Bucket& k) {
+    for (auto& s : k.slots) s.param.set_data(torch::empty({0}, s.param.options()));
+  }
+  torch::Tensor run_sharded_block(size_t l, const torch::Tensor& x);
+};
+
+namespace {
+
+// Forward: gather, run without autograd, release. Backward: gather again,
+// recompute with autograd, gradients of the input and of the block's
+// parameters, release, reduce-scatter the parameter gradients into the shard.
+struct GatheredBlockFn : public torch::autograd::Function<GatheredBlockFn> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, torch::Tensor x, int64_t impl_ptr, int64_t bucket) {
+    auto* impl = reinterpret_cast<ZeroEngine::Impl*>(impl_ptr);
+    Bucket& k = impl->buckets[static_cast<size_t>(bucket)];
+    ctx->saved_data["impl"] = impl_ptr;
+    ctx->saved_data["bucket"] = bucket;
+    auto gen = at::globalContext().defaultGenerator(x.device());
+    {
+      std::lock_guard<std::mutex> lock(gen.mutex());
+      ctx->saved_data["rng"] = gen.get_state();
+    }
+    ctx->saved_data["autocast"] = at::autocast::is_autocast_enabled(at::kCUDA);
+    ctx->save_for_backward({x});
+    auto* block = impl->model->blocks[static_cast<size_t>(k.block)]->as<Gpt2BlockImpl>();
+    impl->gather(k);
+    torch::Tensor y = block->forward(x);
+    impl->release(k);
+    return y;
+  }
+  static torch::autograd::tensor_list backward(torch::autograd::AutogradContext* ctx, torch::autograd::tensor_list grads) {
+    auto* impl = reinterpret_cast<ZeroEngine::Impl*>(ctx->saved_data["impl"].toInt());
+    Bucket& k = impl->buckets[static_cast<size_t>(ctx->saved_data["bucket"].toInt())];
+    auto* block = impl->model->blocks[static_cast<size_t>(k.block)]->as<Gpt2BlockImpl>();
+    torch::Tensor x = ctx->get_saved_variables()[0].detach().requires_grad_(true);
+    impl->gather(k);
+    auto gen = at::globalContext().defaultGenerator(x.device());
+    torch::Tensor now;
+    {
+      std::lock_guard<std::mutex> lock(gen.mutex());
+      now = gen.get_state();
+      gen.set_state(ctx->saved_data["rng"].toTensor());
+    }
+    const bool autocast = ctx->saved_data["autocast"].toBool();
+    const bool was = at::autocast::is_autocast_enabled(at::kCUDA);
+    at::autocast::set_autocast_enabled(at::kCUDA, autocast);  // the engine thread has its own autocast state
+    torch::Tensor y;
+    {
+      torch::AutoGradMode enable(true);
+      y = block->forward(x);
+    }
+    at::autocast::set_autocast_enabled(at::kCUDA, was);
+    {
+      std::lock_guard<std::mutex> lock(gen.mutex());
+      gen.set_state(now);
+    }
+    std::vector<torch::Tensor> inputs{x};
+    for (auto& s : k.slots) inputs.push_back(s.param);
+    auto g = torch::autograd::grad({y}, inputs, {grads[0]}, /*retain_graph=*/false, /*create_graph=*/false, /*allow_unused=*/true);
+    torch::NoGradGuard no_grad;
+    auto staging = zeros_on(k.padded, impl->device, false);
+    for (size_t i = 0; i < k.slots.size(); ++i)
+      if (g[i + 1].defined()) staging.narrow(0, k.slots[i].offset, k.slots[i].numel).copy_(g[i + 1].reshape({-1}));
+    g.resize(1);
+    impl->release(k);
+    impl->reduce_into_shard(k, staging);
+    return {g[0], torch::Tensor(), torch::Tensor()};
+  }
+};
+
+}  // namespace
+
+torch::Tensor ZeroEngine::Impl::run_sharded_block(size_t l, const torch::Tensor& x) {
+  return GatheredBlockFn::apply(x, reinterpret_cast<int64_t>(this), static_cast<int64_t>(l + 1));
+}
+
+ZeroEngine::ZeroEngine(Gpt2& model, Comm& comm, const ZeroConfig& cfg, const torch::Device& device)
+    : impl_(std::make_unique<Impl>(model, comm, cfg, device)) {}
+
+ZeroEngine::~ZeroEngine() = default;
+
+void ZeroEngine::begin_step() {
+  torch::NoGradGuard no_grad;
+  for (auto& k : impl_->buckets) {
+    if (k.flat_grad.defined()) k.flat_grad.zero_();
+    if (k.grad_shard.defined() && !k.grad_shard.is_same(k.flat_grad)) k.grad_shard.zero_();
+    k.ready = 0;
+    k.launched = false;
+  }
+  impl_->next_launch = 0;
+}
+
+void ZeroEngine::after_backward() {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  // Buckets whose parameters got no gradient this time: reduce what there is, in order.
+  for (; impl_->next_launch < impl_->hooked_order.size(); ++impl_->next_launch) impl_->reduce_hooked(impl_->buckets[impl_->hooked_order[impl_->next_launch]]);
+  for (auto& k : impl_->buckets) {
+    k.ready = 0;
+    k.launched = false;
+  }
+  impl_->next_launch = 0;
+}
+
+double ZeroEngine::reduce_grads(double grad_mult) {
+  torch::NoGradGuard no_grad;
+  auto& I = *impl_;
+  if (I.cfg.stage == 0) {
+    for (auto& k : I.buckets) I.comm.all_reduce_sum(k.flat_grad);
+  } else if (I.cfg.stage == 1) {
+    for (size_t b = I.buckets.size(); b-- > 0;) I.comm.reduce_scatter_sum(I.buckets[b].grad_shard, I.buckets[b].flat_grad);
+  }
+  auto sumsq = torch::zeros({1}, torch::TensorOptions().dtype(torch::kDouble).device(I.device));
+  for (auto& k : I.buckets) {
+    if (grad_mult != 1.0) k.grad_shard.mul_(grad_mult);
+    sumsq += k.grad_shard.to(torch::kDouble).pow(2).sum();
+  }
+  if (I.cfg.stage > 0) I.comm.all_reduce_sum(sumsq);  // stage 0: every rank already holds every gradient
+  return std::sqrt(sumsq.item<double>());
+}
+
+void ZeroEngine::step(double lr, double clip_coef) {
+  torch::NoGradGuard no_grad;
+  auto& I = *impl_;
+  ++step_;
+  auto steps = torch::full({}, static_cast<float>(step_), torch::TensorOptions().dtype(torch::kFloat).device(I.opt_device));
+  for (auto& k : I.buckets) {
+    if (clip_coef != 1.0) k.grad_shard.mul_(clip_coef);
+    torch::Tensor grad = k.grad_shard;
+    if (I.cfg.offload_optimizer) {
+      k.host_grad.copy_(k.grad_shard);
+      grad = k.host_grad;
+    }
+    // The owned range split at decay_end (weights decayed, the rest not) and
+    // cut before the padding; CPU offload steps it in chunks.
+    const int64_t lo = k.own_begin, hi = std::min(k.own_begin + k.own_len, k.numel);
+    const int64_t pieces[3] = {lo, std::clamp(k.decay_end, lo, std::max(lo, hi)), std::max(lo, hi)};
+    for (int p = 0; p < 2; ++p) {
+      const double wd = p == 0 ? I.cfg.weight_decay : 0.0;
+      const int64_t chunk = I.cfg.offload_optimizer ? I.cfg.offload_chunk : INT64_MAX;
+      for (int64_t a = pieces[p], n = 0; a < pieces[p + 1]; a += n) {
+        n = std::min(chunk, pieces[p + 1] - a);
+        const int64_t off = a - k.own_begin;
+        at::_fused_adamw_({k.master.narrow(0, off, n)}, {grad.narrow(0, off, n)}, {k.exp_avg.narrow(0, off, n)},
+                          {k.exp_avg_sq.narrow(0, off, n)}, {}, {steps}, lr, I.cfg.beta1, I.cfg.beta2, wd, I.cfg.eps, false, false);
+      }
+    }
+    torch::Tensor own = k.sharded_params ? k.param_shard : k.flat_param.narrow(0, k.own_begin, k.own_len);
+    if (!k.master_is_param) own.copy_(k.master, /*non_blocking=*/false);
+    if (!k.sharded_params && I.cfg.stage >= 1) I.comm.all_gather(k.flat_param, own.clone());
+  }
+}
+
+MemoryPlan ZeroEngine::plan() const {
+  const auto& I = *impl_;
+  MemoryPlan p;
+  int64_t max_gathered = 0, max_staging = 0;
+  for (const auto& k : I.buckets) {
+    p.params_device += bytes(k.flat_param);
+    (I.cfg.offload_params ? p.params_host : p.params_device) += bytes(k.param_shard);
+    if (k.sharded_params) max_gathered = std::max(max_gathered, k.padded * 4);
+    if (k.hooked || k.sharded_params) max_staging = std::max(max_staging, k.padded * 4);
+    p.grads_device += bytes(k.flat_grad) + (k.grad_shard.is_same(k.flat_grad) ? 0 : bytes(k.grad_shard));
+    p.grads_host += bytes(k.host_grad);
+    int64_t optim = bytes(k.exp_avg) + bytes(k.exp_avg_sq) + (k.master_is_param ? 0 : bytes(k.master));
+    (I.cfg.offload_optimizer ? p.optim_host : p.optim_device) += optim;
+  }
+  p.params_device += max_gathered;  // one gathered block at a time
+  p.grads_device += max_staging;    // one bucket of full gradients at a time
+  return p;
+}
+
+int64_t ZeroEngine::optimizer_state_bytes() const {
+  int64_t n = 0;
+  for (const auto& k : impl_->buckets) n += bytes(k.exp_avg) + bytes(k.exp_avg_sq) + (k.master_is_param ? 0 : bytes(k.master));
+  return n;
+}
+
+int64_t ZeroEngine::optimizer_state_bytes_full(bool padded) const {
+  int64_t n = 0;
+  for (const auto& k : impl_->buckets) n += (padded ? k.padded : k.numel) * (k.master_is_param ? 8 : 12);
+  return n;
+}
+
+int64_t ZeroEngine::padded_numel() const {
+  int64_t n = 0;
+  for (const auto& k : impl_->buckets) n += k.padded;
+  return n;
+}
+
+int64_t ZeroEngine::unpadded_numel() const {
+  int64_t n = 0;
+  for (const auto& k : impl_->buckets) n += k.numel;
+  return n;
+}
+
+ZeroEngine::FullState ZeroEngine::gather_state() {
+  torch::NoGradGuard no_grad;
+  auto& I = *impl_;
+  FullState s;
+  s.step = step_;
+  auto full_of = [&](const Bucket& k, const torch::Tensor& own) {
+    if (I.cfg.stage == 0) return own.to(torch::kCPU);
+    auto full = torch::empty({k.padded}, torch::TensorOptions().dtype(torch::kFloat).device(I.device));
+    I.comm.all_gather(full, own.to(I.device).contiguous());
+    return full.to(torch::kCPU);
+  };
+  for (const auto& k : I.buckets) {
+    torch::Tensor p = full_of(k, k.master), m = full_of(k, k.exp_avg), v = full_of(k, k.exp_avg_sq);
+    if (I.rank != 0) continue;
+    for (const auto& sl : k.slots) {
+      s.params[sl.name] = p.narrow(0, sl.offset, sl.numel).view(sl.shape).clone();
+      s.exp_avg[sl.name] = m.narrow(0, sl.offset, sl.numel).view(sl.shape).clone();
+      s.exp_avg_sq[sl.name] = v.narrow(0, sl.offset, sl.numel).view(sl.shape).clone();
+    }
+  }
+  return s;
+}
+
+void ZeroEngine::load_state(const FullState& s) {
+  torch::NoGradGuard no_grad;
+  auto& I = *impl_;
+  step_ = s.step;
+  auto flat_of = [](const Bucket& k, const std::map<std::string, torch::Tensor>& m, const char* what) {
+    auto full = torch::zeros({k.padded}, torch::kFloat);
+    for (const auto& sl : k.slots) {
+      auto it = m.find(sl.name);
+      if (it == m.end()) throw Error(ErrorKind::Format, "checkpoint has no %s for parameter %s", what, sl.name.c_str());
+      if (it->second.numel() != sl.numel)
+        throw Error(ErrorKind::Format, "checkpoint %s of %s has %ld elements, the model %ld", what, sl.name.c_str(),
+                    (long)it->second.numel(), (long)sl.numel);
+      full.narrow(0, sl.offset, sl.numel).copy_(it->second.reshape({-1}));
+    }
+    return full;
+  };
+  for (auto& k : I.buckets) {
+    auto p = flat_of(k, s.params, "weights");
+    auto own = [&](const torch::Tensor& full) { return full.narrow(0, k.own_begin, k.own_len); };
+    if (k.sharded_params) k.param_shard.copy_(own(p));
+    else k.flat_param.copy_(p);
+    if (!k.master_is_param) k.master.copy_(own(p));
+    k.exp_avg.copy_(own(flat_of(k, s.exp_avg, "exp_avg")));
+    k.exp_avg_sq.copy_(own(flat_of(k, s.exp_avg_sq, "exp_avg_sq")));
+  }
+}
+
+}  // namespace zlm::trainer

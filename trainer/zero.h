@@ -1,0 +1,105 @@
+// ZeRO data parallelism for the GPT-2 trainer (stages 0-3, CPU offload), over
+// the collectives of trainer/comm.h.
+//
+// Layout (every stage): the parameters are grouped into buckets, one per
+// transformer block plus one "outer" bucket (token and position embeddings,
+// final LayerNorm), in model order. A bucket is one flat fp32 buffer, weights
+// (decayed) first and biases/LayerNorm (not decayed) after, zero-padded to a
+// multiple of world * 64 elements, so rank r owns the contiguous range
+// [r * padded / world, (r + 1) * padded / world) of every bucket.
+//
+//   stage 0  replicated: gradients all-reduced per bucket after the last
+//            micro-batch; every rank keeps full Adam states and steps them.
+//   stage 1  optimizer states sharded: gradients accumulate in full buffers
+//            (param.grad is a view of the bucket) and are reduce-scattered per
+//            bucket after the last micro-batch; each rank steps its shard and the
+//            parameters are all-gathered.
+//   stage 2  + gradients sharded: as soon as backward has produced a bucket's
+//            gradients (autograd post-hooks), they are reduce-scattered into the
+//            rank's fp32 gradient shard and freed, on every micro-batch, in one
+//            fixed bucket order on all ranks.
+//   stage 3  + parameters sharded: a block's parameters exist only as shards;
+//            a custom autograd function gathers them for the block's forward and
+//            again for its recomputed backward, then drops them and
+//            reduce-scatters the gradients. The outer bucket stays gathered
+//            (like DeepSpeed's persistence threshold) and is handled as stage 2.
+//   offload  fp32 master weights, Adam moments and gradient shards live in CPU
+//            memory (pinned with CUDA) and AdamW runs there (the fused CPU kernel,
+//            in chunks); parameters are copied back after the step. Stage 3 can
+//            also keep the parameter shards in CPU memory (offload_params).
+//
+// Checkpoints hold full per-parameter tensors (master weights, exp_avg,
+// exp_avg_sq, step), so a run saved by W ranks resumes on any W'.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "trainer/comm.h"
+#include "trainer/gpt2_model.h"
+
+namespace zlm::trainer {
+
+struct ZeroConfig {
+  int stage = 0;
+  bool offload_optimizer = false, offload_params = false;
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.01;
+  int64_t align = 64;                   // elements; shards start on 256-byte boundaries
+  int64_t offload_chunk = 16 * 1048576;  // elements per CPU AdamW chunk
+};
+
+// Bytes per rank, by kind and place (what rank 0 prints at start).
+struct MemoryPlan {
+  int64_t params_device = 0, params_host = 0, grads_device = 0, grads_host = 0, optim_device = 0, optim_host = 0;
+  int64_t optimizer_state_bytes() const { return optim_device + optim_host; }
+};
+
+class ZeroEngine {
+ public:
+  ZeroEngine(Gpt2& model, Comm& comm, const ZeroConfig& cfg, const torch::Device& device);
+  ~ZeroEngine();
+  ZeroEngine(const ZeroEngine&) = delete;
+  ZeroEngine& operator=(const ZeroEngine&) = delete;
+
+  // One optimizer step: begin_step(); forward/backward of each micro-batch,
+  // each followed by after_backward(); then reduce_grads(); then step().
+  void begin_step();
+  void after_backward();
+  // Reduces what is left, multiplies every gradient by grad_mult (loss-scale
+  // and micro-batch factors), returns the global L2 norm (NaN/inf on overflow).
+  double reduce_grads(double grad_mult);
+  // AdamW on this rank's shard with the given LR, gradients multiplied by
+  // clip_coef first; then the parameters are brought up to date everywhere.
+  void step(double lr, double clip_coef);
+
+  MemoryPlan plan() const;
+  // The bytes this rank's tensors really hold for Adam moments and master
+  // weights (counted from the tensors, not from the formula).
+  int64_t optimizer_state_bytes() const;
+  // The same for the whole model, unsharded (padded: over the padded buckets).
+  int64_t optimizer_state_bytes_full(bool padded) const;
+  int64_t padded_numel() const;   // over all buckets
+  int64_t unpadded_numel() const;
+
+  // Checkpoints (collective: every rank must call). Full tensors by parameter
+  // name on rank 0 (other ranks get empty maps); load takes full tensors on every rank.
+  struct FullState {
+    std::map<std::string, torch::Tensor> params, exp_avg, exp_avg_sq;
+    int64_t step = 0;
+  };
+  FullState gather_state();
+  void load_state(const FullState& s);
+  int64_t adam_step() const { return step_; }
+
+  struct Impl;  // defined in zero.cpp (public so its autograd function can reach it)
+
+ private:
+  std::unique_ptr<Impl> impl_;
+  int64_t step_ = 0;
+};
+
+}  // namespace zlm::trainer
