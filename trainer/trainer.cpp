@@ -20,6 +20,7 @@
 #include "formats/gpt_dataset.h"
 #include "trainer/gpt2_model.h"
 #include "trainer/comm.h"
+#include "trainer/deepspeed_config.h"
 #include "trainer/dist_env.h"
 #include "trainer/loss_scaler.h"
 #include "trainer/zero.h"
@@ -354,11 +355,23 @@ std::string human_bytes(int64_t b) {
 
 }  // namespace
 
-int train(const TrainArgs& a) {
+int train(const TrainArgs& args) {
   const DistEnv env = dist_env_from_process();
+  TrainArgs a = args;
+  DeepSpeedSettings ds;
+  if (a.deepspeed) {  // DeepSpeed's JSON decides ZeRO, precision and batch sizes, as under the deepspeed launcher
+    if (a.deepspeed_config.empty()) throw Error(ErrorKind::Usage, "--deepspeed needs --deepspeed_config FILE");
+    ds = apply_deepspeed_config(a, a.deepspeed_config, env.world_size);
+  }
   if (a.local_rank_flag >= 0 && a.local_rank_flag != env.local_rank)
     throw Error(ErrorKind::Usage, "--local_rank %ld disagrees with LOCAL_RANK=%d", (long)a.local_rank_flag, env.local_rank);
   if (env.rank != 0 && log_level() >= LogLevel::Inf) log_set_level(LogLevel::Wrn);  // rank 0 speaks for the job
+  if (a.deepspeed) {
+    ZLM_LOG_INF(" > DeepSpeed config %s: ZeRO stage %ld, CPU offload %s, micro batch %ld, global batch %ld%s", a.deepspeed_config.c_str(),
+                (long)a.zero_stage, a.cpu_offload ? (a.offload_params ? "optimizer + parameters" : "optimizer") : "off",
+                (long)a.micro_batch_size, (long)a.global_batch_size, a.fp16 ? ", fp16" : a.bf16 ? ", bf16" : "");
+    for (const auto& n : ds.notes) ZLM_LOG_INF("   note: %s", n.c_str());
+  }
   torch::manual_seed(a.seed);
   // Device and precision.
   bool cuda = a.device == "cuda" || (a.device == "auto" && torch::cuda::is_available());
@@ -395,6 +408,7 @@ int train(const TrainArgs& a) {
 
   ZeroConfig zcfg{.stage = static_cast<int>(a.zero_stage), .offload_optimizer = a.cpu_offload, .offload_params = a.offload_params,
                   .beta1 = a.adam_beta1, .beta2 = a.adam_beta2, .eps = a.adam_eps, .weight_decay = a.weight_decay};
+  if (ds.offload_chunk > 0) zcfg.offload_chunk = ds.offload_chunk;
   // Ranks meet before anything else, so that different settings are refused before they can deadlock.
   auto comm = make_comm(env, backend, cuda, std::chrono::minutes(a.distributed_timeout_minutes));
   if (W > 1)

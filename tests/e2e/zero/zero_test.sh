@@ -11,6 +11,7 @@
 #     the padding to W * 64 elements per bucket);
 #  4. a checkpoint saved by W ranks resumes on W' (2->3, 4->1, 1->2) and the run
 #     continues as the uninterrupted one did (tolerance of 1);
+#     DeepSpeed's JSON config gives the same run as the flags;
 #  5. faults: a rank killed mid-run makes the other exit non-zero with a clear
 #     message (no hang), under our launcher and under torchrun-style env;
 #     ranks started with different settings refuse to start.
@@ -58,6 +59,16 @@ done
 run w4_z3_offp 4 --zero-stage 3 --cpu-offload --offload-params
 runs+=(w4_z3_offp)
 grep -q 'initialized data parallel with size 4 (gloo backend' w4_z3_offp.log
+# DeepSpeed's JSON selects the same things; a small sub_group_size makes CPU AdamW run in chunks.
+cat > ds.json <<'JSON'
+{"train_batch_size": 12, "train_micro_batch_size_per_gpu": 1, "gradient_clipping": 0.5, "steps_per_print": 1,
+ "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu", "pin_memory": true}, "sub_group_size": 1000,
+                       "overlap_comm": true, "reduce_bucket_size": 5e8}}
+JSON
+run ds_z3 3 --deepspeed --deepspeed_config ds.json
+grep -q 'DeepSpeed config ds.json: ZeRO stage 3, CPU offload optimizer' ds_z3.log
+grep -q 'note: zero_optimization.overlap_comm' ds_z3.log
+runs+=(ds_z3)
 $CMP --rtol 1e-5 --atol 1e-5 ref "${runs[@]}"
 
 # 2. stages agree with each other at the same world size.

@@ -1,0 +1,69 @@
+#include "trainer/deepspeed_config.h"
+
+#include <cstdio>
+#include <fstream>
+
+#include "common/error.h"
+#include "test_util.h"
+
+namespace zlm::trainer {
+namespace {
+
+class DeepSpeedConfig : public ::testing::Test {
+ protected:
+  TrainArgs base() {
+    TrainArgs a;
+    a.micro_batch_size = 4;
+    a.global_batch_size = 4;  // what the parser leaves when --global-batch-size is not given
+    return a;
+  }
+  DeepSpeedSettings apply(TrainArgs& a, const std::string& text, int world = 2) {
+    std::ofstream(path_) << text;
+    return apply_deepspeed_config(a, path_, world);
+  }
+  void TearDown() override { std::remove(path_.c_str()); }
+  std::string path_ = ::testing::TempDir() + "/ds_config_test.json";
+};
+
+// The Megatron-DeepSpeed tutorial's config, in its older form (cpu_offload) and the current one.
+TEST_F(DeepSpeedConfig, TutorialConfigs) {
+  if (!deepspeed_config_supported()) GTEST_SKIP() << "built without nlohmann-json";
+  TrainArgs a = base();
+  auto s = apply(a, R"({"train_batch_size": 16, "train_micro_batch_size_per_gpu": 4, "steps_per_print": 10,
+      "gradient_clipping": 1.0, "zero_optimization": {"stage": 2, "cpu_offload": true, "reduce_bucket_size": 50000000,
+      "overlap_comm": true}, "fp16": {"enabled": true, "loss_scale": 0, "loss_scale_window": 500, "hysteresis": 2,
+      "min_loss_scale": 1, "initial_scale_power": 12}, "wall_clock_breakdown": true})");
+  EXPECT_EQ(a.zero_stage, 2);
+  EXPECT_TRUE(a.cpu_offload);
+  EXPECT_EQ(a.global_batch_size, 16);
+  EXPECT_TRUE(a.fp16);
+  EXPECT_EQ(a.initial_loss_scale, 4096.0);
+  EXPECT_EQ(a.loss_scale_window, 500);
+  EXPECT_EQ(s.notes.size(), 4u);  // steps_per_print, wall_clock_breakdown, reduce_bucket_size, overlap_comm
+
+  TrainArgs b = base();
+  apply(b, R"({"train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 3, "bf16": {"enabled": true},
+      "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu", "pin_memory": true},
+      "offload_param": {"device": "cpu"}, "sub_group_size": 1000000}})");
+  EXPECT_EQ(b.global_batch_size, 24);  // 4 * 3 * 2 ranks
+  EXPECT_EQ(b.zero_stage, 3);
+  EXPECT_TRUE(b.cpu_offload && b.offload_params && b.bf16);
+}
+
+TEST_F(DeepSpeedConfig, ErrorsNameTheKey) {
+  if (!deepspeed_config_supported()) GTEST_SKIP() << "built without nlohmann-json";
+  TrainArgs a = base();
+  EXPECT_ZLM_ERROR(apply(a, R"({"zero_optimization": {"stage": 2, "overlap_com": true}})"), ErrorKind::Usage,
+                   "zero_optimization.overlap_com: not a DeepSpeed setting zerolm knows");
+  EXPECT_ZLM_ERROR(apply(a, R"({"zero_optimization": {"stage": 5}})"), ErrorKind::Usage, "zero_optimization.stage: must be 0, 1, 2 or 3");
+  EXPECT_ZLM_ERROR(apply(a, R"({"zero_optimization": {"offload_optimizer": {"device": "nvme"}}})"), ErrorKind::Usage,
+                   "offload_optimizer.device: 'nvme' is not supported");
+  EXPECT_ZLM_ERROR(apply(a, R"({"train_micro_batch_size_per_gpu": 2})"), ErrorKind::Usage, "disagrees with --micro-batch-size 4");
+  EXPECT_ZLM_ERROR(apply(a, R"({"train_batch_size": 16, "gradient_accumulation_steps": 3})"), ErrorKind::Usage,
+                   "train_batch_size 16 != micro batch 4 * accumulation 3 * world size 2");
+  EXPECT_ZLM_ERROR(apply(a, R"({"optimizer": {"type": "Lamb"}})"), ErrorKind::Usage, "optimizer.type: 'Lamb'");
+  EXPECT_ZLM_ERROR(apply(a, "{\"fp16\": {\"enabled\": tru}}"), ErrorKind::Format, "not valid JSON");
+}
+
+}  // namespace
+}  // namespace zlm::trainer
