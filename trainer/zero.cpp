@@ -118,9 +118,11 @@ struct ZeroEngine::Impl {
         for (auto& s : k.slots) s.param.mutable_grad() = k.flat_grad.narrow(0, s.offset, s.numel).view(s.shape);
         k.grad_shard = cfg.stage == 0 ? k.flat_grad : zeros_on(k.own_len, device, false);
       } else {
-        k.grad_shard = zeros_on(k.own_len, device, false);
+        // Stages 2/3 with offload: reduced gradients go straight to host memory,
+        // so the device never holds a gradient shard (DeepSpeed does the same).
+        k.grad_shard = zeros_on(k.own_len, opt_device, pin);
       }
-      if (cfg.offload_optimizer) k.host_grad = zeros_on(k.own_len, opt_device, pin);
+      if (cfg.offload_optimizer && k.grad_shard.device() != opt_device) k.host_grad = zeros_on(k.own_len, opt_device, pin);
       // Optimizer state of the owned range: master weights, Adam moments.
       torch::Tensor own = k.sharded_params ? k.param_shard : k.flat_param.narrow(0, k.own_begin, k.own_len);
       // With offload the master weights are a separate host copy (copied back
@@ -190,7 +192,7 @@ struct ZeroEngine::Impl {
   void reduce_into_shard(Bucket& k, const torch::Tensor& full) {
     auto part = torch::empty({k.own_len}, full.options());
     comm.reduce_scatter_sum(part, full);
-    k.grad_shard.add_(part);
+    k.grad_shard.add_(part.device() == k.grad_shard.device() ? part : part.to(k.grad_shard.device()));
   }
 
   // ---- stage 3: a block whose parameters are gathered around each use
@@ -315,7 +317,7 @@ double ZeroEngine::reduce_grads(double grad_mult) {
   auto sumsq = torch::zeros({1}, torch::TensorOptions().dtype(torch::kDouble).device(I.device));
   for (auto& k : I.buckets) {
     if (grad_mult != 1.0) k.grad_shard.mul_(grad_mult);
-    sumsq += k.grad_shard.to(torch::kDouble).pow(2).sum();
+    sumsq += k.grad_shard.to(torch::kDouble).pow(2).sum().to(I.device);
   }
   if (I.cfg.stage > 0) I.comm.all_reduce_sum(sumsq);  // stage 0: every rank already holds every gradient
   return std::sqrt(sumsq.item<double>());
@@ -329,7 +331,7 @@ void ZeroEngine::step(double lr, double clip_coef) {
   for (auto& k : I.buckets) {
     if (clip_coef != 1.0) k.grad_shard.mul_(clip_coef);
     torch::Tensor grad = k.grad_shard;
-    if (I.cfg.offload_optimizer) {
+    if (k.host_grad.defined()) {
       k.host_grad.copy_(k.grad_shard);
       grad = k.host_grad;
     }
@@ -362,8 +364,10 @@ MemoryPlan ZeroEngine::plan() const {
     (I.cfg.offload_params ? p.params_host : p.params_device) += bytes(k.param_shard);
     if (k.sharded_params) max_gathered = std::max(max_gathered, k.padded * 4);
     if (k.hooked || k.sharded_params) max_staging = std::max(max_staging, k.padded * 4);
-    p.grads_device += bytes(k.flat_grad) + (k.grad_shard.is_same(k.flat_grad) ? 0 : bytes(k.grad_shard));
-    p.grads_host += bytes(k.host_grad);
+    const int64_t shard = k.grad_shard.is_same(k.flat_grad) ? 0 : bytes(k.grad_shard);
+    const bool shard_on_host = I.cfg.offload_optimizer && I.cfg.stage >= 2;  // by role: on CPU-only runs both places are the CPU
+    p.grads_device += bytes(k.flat_grad) + (shard_on_host ? 0 : shard);
+    p.grads_host += bytes(k.host_grad) + (shard_on_host ? shard : 0);
     int64_t optim = bytes(k.exp_avg) + bytes(k.exp_avg_sq) + (k.master_is_param ? 0 : bytes(k.master));
     (I.cfg.offload_optimizer ? p.optim_host : p.optim_device) += optim;
   }
