@@ -69,6 +69,14 @@ run ds_z3 3 --deepspeed --deepspeed_config ds.json
 grep -q 'DeepSpeed config ds.json: ZeRO stage 3, CPU offload optimizer' ds_z3.log
 grep -q 'note: zero_optimization.overlap_comm' ds_z3.log
 runs+=(ds_z3)
+# Under torchrun (its agent serves the rendezvous store): the same run.
+TORCHRUN=$(dirname "$PY")/torchrun
+if [[ -x $TORCHRUN ]]; then
+  $TORCHRUN --standalone --nproc-per-node 2 --no-python $BIN/pretrain_gpt "${common[@]}" --zero-stage 2 --save torchrun_z2 > torchrun_z2.log 2>&1 ||
+    { echo "FAIL: under torchrun"; tail -20 torchrun_z2.log; exit 1; }
+  grep -q 'launched by torchrun' torchrun_z2.log
+  runs+=(torchrun_z2)
+fi
 $CMP --rtol 1e-5 --atol 1e-5 ref "${runs[@]}"
 
 # 2. stages agree with each other at the same world size.
