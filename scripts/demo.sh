@@ -53,14 +53,15 @@ else
 fi
 
 if [[ -x $BIN/pretrain_gpt ]]; then
-  say "pretrain_gpt: a small GPT-2 (4 layers, hidden 128) on the pipeline's dataset, on CPU"
+  say "pretrain_gpt: a small GPT-2 (4 layers, hidden 128) on the pipeline's dataset: 2 CPU ranks, ZeRO stage 2"
   t_train0=$(date +%s.%N)
-  $BIN/pretrain_gpt --num-layers 4 --hidden-size 128 --num-attention-heads 4 --micro-batch-size 8 --global-batch-size 8 \
+  $BIN/pretrain_gpt --num-layers 4 --hidden-size 128 --num-attention-heads 4 --micro-batch-size 4 --global-batch-size 8 \
     --seq-length 128 --max-position-embeddings 128 --train-iters ${DEMO_TRAIN_ITERS:-200} --lr 0.002 --lr-decay-style cosine \
     --min-lr 0.0002 --lr-warmup-iters 20 --weight-decay 0.01 --clip-grad 1.0 --split 949,50,1 \
     --data-path "$OUT/work/gpt2_text_document" --vocab-file $DATA/gpt2/gpt2-vocab.json --merge-file $DATA/gpt2/gpt2-merges.txt \
     --log-interval 20 --eval-interval 50 --eval-iters 4 --hidden-dropout 0 --attention-dropout 0 \
-    --save "$OUT/checkpoints" --distributed-backend nccl 2>&1 | tee "$OUT/train.log" | grep --line-buffered -E "iteration|validation" >&2
+    --save "$OUT/checkpoints" --distributed-backend nccl --nproc-per-node 2 --zero-stage 2 2>&1 | tee "$OUT/train.log" |
+    grep --line-buffered -E "iteration|validation|data parallel|memory plan|\(fp32\)" >&2
   t_train1=$(date +%s.%N)
   say "generate_gpt: a sample from the trained model"
   $BIN/generate_gpt --load "$OUT/checkpoints" --prompt "The city council said" --vocab-file $DATA/gpt2/gpt2-vocab.json \

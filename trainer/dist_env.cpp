@@ -92,6 +92,7 @@ DistEnv dist_env_from(const GetEnv& getenv) {
       break;
     }
   }
+  if (const char* by = getenv("ZLM_LAUNCHER"); by && *by && e.launcher == "torchrun") e.launcher = by;
   if (const char* addr = getenv("MASTER_ADDR"); addr && *addr) e.master_addr = addr;
   e.master_port = env_int(getenv, "MASTER_PORT", 29500);
   if (e.master_port == 0 || e.master_port > 65535) throw Error(ErrorKind::Usage, "MASTER_PORT=%d is not a port number", e.master_port);

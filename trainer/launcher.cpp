@@ -105,6 +105,7 @@ int launch_local_ranks(const LaunchPlan& plan, const std::vector<std::string>& c
       setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
       setenv("OMP_NUM_THREADS", threads.c_str(), 0);
       unsetenv("TORCHELASTIC_USE_AGENT_STORE");
+      setenv("ZLM_LAUNCHER", "pretrain_gpt --nproc-per-node", 1);  // only names the launcher in the log
       std::vector<char*> cargv;
       for (const auto& s : child_argv) cargv.push_back(const_cast<char*>(s.c_str()));
       cargv.push_back(nullptr);

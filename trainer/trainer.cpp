@@ -379,11 +379,10 @@ int train(const TrainArgs& args) {
   torch::Device device = cuda ? torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(env.local_rank)) : torch::Device(torch::kCPU);
   std::string backend = a.distributed_backend;
   if (!cuda && backend == "nccl") {
-    if (env.world_size > 1 || env.rank == 0)
-      ZLM_LOG_WRN("--distributed-backend nccl needs a GPU; training on CPU with gloo");
+    if (env.rank == 0) ZLM_LOG_WRN("--distributed-backend nccl needs a GPU; training on CPU with gloo");
     backend = "gloo";
   }
-  if (!cuda && (a.fp16 || a.bf16)) ZLM_LOG_WRN("--%s on CPU: training in fp32", a.fp16 ? "fp16" : "bf16");
+  if (!cuda && (a.fp16 || a.bf16) && env.rank == 0) ZLM_LOG_WRN("--%s on CPU: training in fp32", a.fp16 ? "fp16" : "bf16");
   const bool fp16 = cuda && a.fp16;  // on CPU --fp16 falls back to fp32 (warned above)
   if (fp16) {  // fp16 autocast; fp32 master weights and Adam; Megatron's loss scaling below
     at::autocast::set_autocast_dtype(at::kCUDA, at::kHalf);
@@ -460,11 +459,15 @@ int train(const TrainArgs& args) {
     const int64_t unsharded = engine.optimizer_state_bytes_full(false);
     ZLM_LOG_INF(" > ZeRO stage %ld on %d rank%s, CPU offload %s%s; memory plan per rank:", (long)a.zero_stage, W, W > 1 ? "s" : "",
                 a.cpu_offload ? "on" : "off", a.offload_params ? " (parameters too)" : "");
-    ZLM_LOG_INF("     parameters (fp32):        %12ld B on %s, %12ld B on CPU (%s + %s)", (long)plan.params_device, device.str().c_str(),
-                (long)plan.params_host, human_bytes(plan.params_device).c_str(), human_bytes(plan.params_host).c_str());
-    ZLM_LOG_INF("     gradients (fp32):         %12ld B on %s, %12ld B on CPU", (long)plan.grads_device, device.str().c_str(), (long)plan.grads_host);
-    ZLM_LOG_INF("     optimizer states (fp32):  %12ld B on %s, %12ld B on CPU (Adam moments%s; unsharded %ld B)", (long)plan.optim_device,
-                device.str().c_str(), (long)plan.optim_host, a.cpu_offload ? " + master weights" : "", (long)unsharded);
+    auto line = [&](const char* what, int64_t on_device, int64_t on_host, const char* extra) {
+      ZLM_LOG_INF("     %-24s %10s on %s (%ld B), %10s in CPU memory (%ld B)%s", what, human_bytes(on_device).c_str(), device.str().c_str(),
+                  (long)on_device, human_bytes(on_host).c_str(), (long)on_host, extra);
+    };
+    line("parameters (fp32):", plan.params_device, plan.params_host, "");
+    line("gradients (fp32):", plan.grads_device, plan.grads_host, "");
+    std::string optim_extra = strprintf("; Adam moments%s, unsharded %s", engine.optimizer_state_bytes_full(false) > engine.unpadded_numel() * 8 ? " + master weights" : "",
+                                        human_bytes(unsharded).c_str());
+    line("optimizer states (fp32):", plan.optim_device, plan.optim_host, optim_extra.c_str());
     if (env.rank == 0 && (!a.metrics_out.empty() || !a.save.empty())) {
       std::string per_rank;
       for (int r = 0; r < W; ++r) per_rank += (r ? ", " : "") + std::to_string(all[r].item<int64_t>());
@@ -577,7 +580,7 @@ int train(const TrainArgs& args) {
       if (metrics)
         *metrics << "{\"iteration\": " << st.iteration << ", \"consumed_samples\": " << st.consumed_train << ", \"lm_loss\": " << std::setprecision(9) << avg
                  << ", \"lr\": " << lr_now << ", \"grad_norm\": " << grad_norm << ", \"seconds_per_iteration\": " << secs
-                 << ", \"tflops\": " << flops_per_iter / secs / 1e12 << "}" << std::endl;
+                 << ", \"tflops_per_rank\": " << flops_per_iter / secs / 1e12 / W << "}" << std::endl;
     }
     if (st.iteration % a.log_interval == 0 || st.iteration == T) {
       skipped_iters = nan_iters = 0;
