@@ -1,10 +1,35 @@
 #include "trainer/gpt2_model.h"
 
+#include <ATen/autocast_mode.h>
+
 #include <cmath>
 
 namespace zlm::trainer {
 
 namespace F = torch::nn::functional;
+
+AutocastState AutocastState::current() {
+  return {at::autocast::is_autocast_enabled(at::kCUDA), at::autocast::get_autocast_dtype(at::kCUDA)};
+}
+
+void AutocastState::save(torch::autograd::AutogradContext* ctx) const {
+  ctx->saved_data["autocast"] = enabled;
+  ctx->saved_data["autocast_dtype"] = static_cast<int64_t>(dtype);
+}
+
+AutocastState AutocastState::load(torch::autograd::AutogradContext* ctx) {
+  return {ctx->saved_data["autocast"].toBool(), static_cast<at::ScalarType>(ctx->saved_data["autocast_dtype"].toInt())};
+}
+
+AutocastScope::AutocastScope(const AutocastState& s) : saved_(AutocastState::current()) {
+  at::autocast::set_autocast_dtype(at::kCUDA, s.dtype);
+  at::autocast::set_autocast_enabled(at::kCUDA, s.enabled);
+}
+
+AutocastScope::~AutocastScope() {
+  at::autocast::set_autocast_enabled(at::kCUDA, saved_.enabled);
+  at::autocast::set_autocast_dtype(at::kCUDA, saved_.dtype);
+}
 
 namespace {
 
@@ -19,6 +44,7 @@ struct CheckpointFn : public torch::autograd::Function<CheckpointFn> {
       std::lock_guard<std::mutex> lock(gen.mutex());
       ctx->saved_data["rng"] = gen.get_state();
     }
+    AutocastState::current().save(ctx);
     ctx->save_for_backward({x});
     torch::NoGradGuard no_grad;
     return block->forward(x);
@@ -36,6 +62,7 @@ struct CheckpointFn : public torch::autograd::Function<CheckpointFn> {
     torch::Tensor y;
     {
       torch::AutoGradMode enable(true);
+      AutocastScope autocast(AutocastState::load(ctx));
       y = block->forward(x);
     }
     {

@@ -18,6 +18,27 @@
 
 namespace zlm::trainer {
 
+// CUDA autocast state. LibTorch keeps it per thread and the autograd engine
+// runs backward (and so every recomputation) on its own threads: a recomputing
+// autograd function saves the state of its forward and re-enters it.
+struct AutocastState {
+  bool enabled = false;
+  at::ScalarType dtype = at::kBFloat16;
+  static AutocastState current();
+  void save(torch::autograd::AutogradContext* ctx) const;
+  static AutocastState load(torch::autograd::AutogradContext* ctx);
+};
+class AutocastScope {  // applies a state; restores the previous one on exit
+ public:
+  explicit AutocastScope(const AutocastState& s);
+  ~AutocastScope();
+  AutocastScope(const AutocastScope&) = delete;
+  AutocastScope& operator=(const AutocastScope&) = delete;
+
+ private:
+  AutocastState saved_;
+};
+
 struct Gpt2Config {
   int64_t vocab_size = 50304;  // padded
   int64_t max_positions = 1024;

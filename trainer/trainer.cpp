@@ -21,6 +21,7 @@
 #include "trainer/gpt2_model.h"
 #include "trainer/comm.h"
 #include "trainer/deepspeed_config.h"
+#include "trainer/device_memory.h"
 #include "trainer/dist_env.h"
 #include "trainer/loss_scaler.h"
 #include "trainer/zero.h"
@@ -395,6 +396,11 @@ int train(const TrainArgs& args) {
     at::autocast::set_autocast_dtype(at::kCUDA, at::kBFloat16);
     at::autocast::set_autocast_enabled(at::kCUDA, true);
   }
+  const bool autocast = cuda && (fp16 || a.bf16);
+  // Autocast caches the low-precision copy of each weight; the cache is cleared
+  // every iteration (the optimizer changes the weights). ZeRO-3 turns it off:
+  // cached copies of every block would keep the gathered parameters alive.
+  if (autocast && a.zero_stage == 3) at::autocast::set_autocast_cache_enabled(false);
   const int W = env.world_size;
   if (a.global_batch_size % (a.micro_batch_size * W) != 0)
     throw Error(ErrorKind::Usage, "--global-batch-size %ld is not a multiple of --micro-batch-size %ld times the data-parallel size %d",
@@ -510,6 +516,7 @@ int train(const TrainArgs& args) {
 
   auto evaluate = [&](const std::string& label, const SampleSource& src, int64_t* consumed) {
     if (src.empty() || a.eval_iters == 0) return;
+    if (autocast) at::autocast::clear_cache();
     model->eval();
     torch::NoGradGuard no_grad;
     double total = 0;
@@ -540,6 +547,7 @@ int train(const TrainArgs& args) {
   int64_t valid_consumed = st.consumed_valid;
   while (st.iteration < T) {
     const double lr = megatron_lr(a, st.iteration);  // Megatron: the LR of the steps taken so far
+    if (autocast) at::autocast::clear_cache();
     engine.begin_step();
     double loss_sum = 0;
     const double loss_mult = fp16 ? scaler.scale() : 1.0;
@@ -577,10 +585,14 @@ int train(const TrainArgs& args) {
                    (long)st.iteration, (long)T, (long)st.consumed_train, (long)(st.consumed_train * a.seq_length), secs, lr_now,
                    (long)gbs, avg, fp16 ? strprintf(" loss scale: %.1f |", scaler.scale()).c_str() : "", grad_norm,
                    (long)skipped_iters, (long)nan_iters, static_cast<double>(gbs) / secs, flops_per_iter / secs / 1e12 / W);
+      if (cuda && st.iteration == a.log_interval)  // Megatron reports memory once, after the first interval
+        std::fprintf(stderr, "%s\n", cuda_memory_report(env.rank, st.iteration, env.local_rank).c_str());
       if (metrics)
         *metrics << "{\"iteration\": " << st.iteration << ", \"consumed_samples\": " << st.consumed_train << ", \"lm_loss\": " << std::setprecision(9) << avg
                  << ", \"lr\": " << lr_now << ", \"grad_norm\": " << grad_norm << ", \"seconds_per_iteration\": " << secs
-                 << ", \"tflops_per_rank\": " << flops_per_iter / secs / 1e12 / W << "}" << std::endl;
+                 << ", \"tflops_per_rank\": " << flops_per_iter / secs / 1e12 / W
+                 << ", \"tokens_per_second\": " << static_cast<double>(gbs * a.seq_length) / secs
+                 << ", \"peak_device_bytes\": " << (cuda ? cuda_peak_allocated(env.local_rank) : 0) << "}" << std::endl;
     }
     if (st.iteration % a.log_interval == 0 || st.iteration == T) {
       skipped_iters = nan_iters = 0;

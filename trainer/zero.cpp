@@ -1,6 +1,5 @@
 #include "trainer/zero.h"
 
-#include <ATen/autocast_mode.h>
 #include <torch/csrc/autograd/utils/lambda_post_hook.h>
 #include <torch/csrc/autograd/variable.h>
 
@@ -225,7 +224,7 @@ struct GatheredBlockFn : public torch::autograd::Function<GatheredBlockFn> {
       std::lock_guard<std::mutex> lock(gen.mutex());
       ctx->saved_data["rng"] = gen.get_state();
     }
-    ctx->saved_data["autocast"] = at::autocast::is_autocast_enabled(at::kCUDA);
+    AutocastState::current().save(ctx);
     ctx->save_for_backward({x});
     auto* block = impl->model->blocks[static_cast<size_t>(k.block)]->as<Gpt2BlockImpl>();
     impl->gather(k);
@@ -246,15 +245,12 @@ struct GatheredBlockFn : public torch::autograd::Function<GatheredBlockFn> {
       now = gen.get_state();
       gen.set_state(ctx->saved_data["rng"].toTensor());
     }
-    const bool autocast = ctx->saved_data["autocast"].toBool();
-    const bool was = at::autocast::is_autocast_enabled(at::kCUDA);
-    at::autocast::set_autocast_enabled(at::kCUDA, autocast);  // the engine thread has its own autocast state
     torch::Tensor y;
     {
       torch::AutoGradMode enable(true);
+      AutocastScope autocast(AutocastState::load(ctx));  // the engine thread has its own autocast state
       y = block->forward(x);
     }
-    at::autocast::set_autocast_enabled(at::kCUDA, was);
     {
       std::lock_guard<std::mutex> lock(gen.mutex());
       gen.set_state(now);
