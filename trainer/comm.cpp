@@ -17,6 +17,11 @@ namespace zlm::trainer {
 
 namespace {
 
+class DonePending final : public Comm::Pending {
+ public:
+  void wait() override {}
+};
+
 class LocalComm final : public Comm {
  public:
   std::string backend() const override { return "local"; }
@@ -27,6 +32,10 @@ class LocalComm final : public Comm {
   }
   void all_gather(at::Tensor& full, const at::Tensor& shard) override {
     if (!shard.is_same(full)) full.copy_(shard.view_as(full));
+  }
+  std::unique_ptr<Pending> all_gather_async(at::Tensor& full, const at::Tensor& shard) override {
+    all_gather(full, shard);
+    return std::make_unique<DonePending>();
   }
   void broadcast(at::Tensor&, int) override {}
   void barrier() override {}
@@ -103,6 +112,19 @@ class C10dComm final : public Comm {
   void all_gather(at::Tensor& full, const at::Tensor& shard) override {
     at::Tensor in = shard;
     wait("all_gather", pg_->_allgather_base(full, in));
+  }
+  std::unique_ptr<Pending> all_gather_async(at::Tensor& full, const at::Tensor& shard) override {
+    at::Tensor in = shard;
+    class Op final : public Pending {
+     public:
+      Op(C10dComm* c, c10::intrusive_ptr<c10d::Work> w) : comm_(c), work_(std::move(w)) {}
+      void wait() override { comm_->wait("all_gather", work_); }
+
+     private:
+      C10dComm* comm_;
+      c10::intrusive_ptr<c10d::Work> work_;
+    };
+    return std::make_unique<Op>(this, pg_->_allgather_base(full, in));
   }
   void broadcast(at::Tensor& t, int root) override {
     std::vector<at::Tensor> v{t};

@@ -35,6 +35,15 @@ class Comm {
   virtual void all_reduce_max(at::Tensor& t) = 0;
   virtual void reduce_scatter_sum(at::Tensor& shard, const at::Tensor& full) = 0;
   virtual void all_gather(at::Tensor& full, const at::Tensor& shard) = 0;
+  // An operation under way; wait() finishes it (and throws like the blocking calls).
+  class Pending {
+   public:
+    virtual ~Pending() = default;
+    virtual void wait() = 0;
+  };
+  // all_gather started in the background (Gloo's worker threads, NCCL's stream);
+  // `full` and `shard` must stay alive until wait().
+  virtual std::unique_ptr<Pending> all_gather_async(at::Tensor& full, const at::Tensor& shard) = 0;
   virtual void broadcast(at::Tensor& t, int root) = 0;
   virtual void barrier() = 0;
   // Every rank's string, in rank order (through the rendezvous store).

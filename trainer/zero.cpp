@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <mutex>
 
 #include "common/error.h"
@@ -194,13 +195,34 @@ struct ZeroEngine::Impl {
     k.grad_shard.add_(part.device() == k.grad_shard.device() ? part : part.to(k.grad_shard.device()));
   }
 
-  // ---- stage 3: a block whose parameters are gathered around each use
-  void gather(Bucket& k) {
+  // ---- stage 3: a block whose parameters are gathered around each use. The
+  // next block's gather is started (prefetched) before this block computes, so
+  // communication overlaps computation; at most two blocks are gathered at once.
+  struct InFlight {
+    torch::Tensor full, src;
+    std::unique_ptr<Comm::Pending> op;
+  };
+  std::map<size_t, InFlight> inflight;
+  InFlight start_gather(const Bucket& k) {
+    InFlight f;
+    f.full = torch::empty({k.padded}, torch::TensorOptions().dtype(torch::kFloat).device(device));
+    f.src = k.param_shard.device() == device ? k.param_shard : k.param_shard.to(device);
+    f.op = comm.all_gather_async(f.full, f.src);
+    return f;
+  }
+  void prefetch(size_t b) {
+    if (b < 1 || b >= buckets.size() || !buckets[b].sharded_params || inflight.count(b)) return;
     torch::NoGradGuard no_grad;
-    auto full = torch::empty({k.padded}, torch::TensorOptions().dtype(torch::kFloat).device(device));
-    torch::Tensor src = k.param_shard.device() == device ? k.param_shard : k.param_shard.to(device, /*non_blocking=*/true);
-    comm.all_gather(full, src);
-    for (auto& s : k.slots) s.param.set_data(full.narrow(0, s.offset, s.numel).view(s.shape));
+    inflight.emplace(b, start_gather(buckets[b]));
+  }
+  void gather(size_t b) {
+    torch::NoGradGuard no_grad;
+    Bucket& k = buckets[b];
+    auto it = inflight.find(b);
+    InFlight f = it != inflight.end() ? std::move(it->second) : start_gather(k);
+    if (it != inflight.end()) inflight.erase(it);
+    f.op->wait();
+    for (auto& s : k.slots) s.param.set_data(f.full.narrow(0, s.offset, s.numel).view(s.shape));
   }
   void release(Bucket& k) {
     for (auto& s : k.slots) s.param.set_data(torch::empty({0}, s.param.options()));
@@ -227,17 +249,20 @@ struct GatheredBlockFn : public torch::autograd::Function<GatheredBlockFn> {
     AutocastState::current().save(ctx);
     ctx->save_for_backward({x});
     auto* block = impl->model->blocks[static_cast<size_t>(k.block)]->as<Gpt2BlockImpl>();
-    impl->gather(k);
+    impl->gather(static_cast<size_t>(bucket));
+    impl->prefetch(static_cast<size_t>(bucket) + 1);  // the next block's forward
     torch::Tensor y = block->forward(x);
     impl->release(k);
     return y;
   }
   static torch::autograd::tensor_list backward(torch::autograd::AutogradContext* ctx, torch::autograd::tensor_list grads) {
     auto* impl = reinterpret_cast<ZeroEngine::Impl*>(ctx->saved_data["impl"].toInt());
-    Bucket& k = impl->buckets[static_cast<size_t>(ctx->saved_data["bucket"].toInt())];
+    const auto b = static_cast<size_t>(ctx->saved_data["bucket"].toInt());
+    Bucket& k = impl->buckets[b];
     auto* block = impl->model->blocks[static_cast<size_t>(k.block)]->as<Gpt2BlockImpl>();
     torch::Tensor x = ctx->get_saved_variables()[0].detach().requires_grad_(true);
-    impl->gather(k);
+    impl->gather(b);
+    impl->prefetch(b - 1);  // the previous block's backward comes next
     auto gen = at::globalContext().defaultGenerator(x.device());
     torch::Tensor now;
     {
@@ -324,13 +349,23 @@ void ZeroEngine::step(double lr, double clip_coef) {
   auto& I = *impl_;
   ++step_;
   auto steps = torch::full({}, static_cast<float>(step_), torch::TensorOptions().dtype(torch::kFloat).device(I.opt_device));
+  // Offload: every gradient shard goes to host memory first (asynchronous
+  // copies into pinned buffers, one wait), then AdamW runs chunk by chunk on
+  // the CPU and each updated chunk of master weights is copied back
+  // asynchronously while the next chunk is being computed.
+  if (I.pin) torch::cuda::synchronize();  // last step's copies back are done before the master weights change
+  bool copied = false;
   for (auto& k : I.buckets) {
     if (clip_coef != 1.0) k.grad_shard.mul_(clip_coef);
-    torch::Tensor grad = k.grad_shard;
     if (k.host_grad.defined()) {
-      k.host_grad.copy_(k.grad_shard);
-      grad = k.host_grad;
+      k.host_grad.copy_(k.grad_shard, /*non_blocking=*/I.pin);
+      copied = copied || I.pin;
     }
+  }
+  if (copied) torch::cuda::synchronize();
+  for (auto& k : I.buckets) {
+    torch::Tensor grad = k.host_grad.defined() ? k.host_grad : k.grad_shard;
+    torch::Tensor own = k.sharded_params ? k.param_shard : k.flat_param.narrow(0, k.own_begin, k.own_len);
     // The owned range split at decay_end (weights decayed, the rest not) and
     // cut before the padding; CPU offload steps it in chunks.
     const int64_t lo = k.own_begin, hi = std::min(k.own_begin + k.own_len, k.numel);
@@ -343,12 +378,15 @@ void ZeroEngine::step(double lr, double clip_coef) {
         const int64_t off = a - k.own_begin;
         at::_fused_adamw_({k.master.narrow(0, off, n)}, {grad.narrow(0, off, n)}, {k.exp_avg.narrow(0, off, n)},
                           {k.exp_avg_sq.narrow(0, off, n)}, {}, {steps}, lr, I.cfg.beta1, I.cfg.beta2, wd, I.cfg.eps, false, false);
+        if (!k.master_is_param) own.narrow(0, off, n).copy_(k.master.narrow(0, off, n), /*non_blocking=*/I.pin);
       }
     }
-    torch::Tensor own = k.sharded_params ? k.param_shard : k.flat_param.narrow(0, k.own_begin, k.own_len);
-    if (!k.master_is_param) own.copy_(k.master, /*non_blocking=*/false);
-    if (!k.sharded_params && I.cfg.stage >= 1) I.comm.all_gather(k.flat_param, own.clone());
   }
+  // The master weights are not written again before the next step's copies
+  // and its synchronisation, so the asynchronous copies above may still run.
+  if (I.cfg.stage >= 1)
+    for (auto& k : I.buckets)
+      if (!k.sharded_params) I.comm.all_gather(k.flat_param, k.flat_param.narrow(0, k.own_begin, k.own_len).clone());
 }
 
 MemoryPlan ZeroEngine::plan() const {
@@ -367,7 +405,7 @@ MemoryPlan ZeroEngine::plan() const {
     int64_t optim = bytes(k.exp_avg) + bytes(k.exp_avg_sq) + (k.master_is_param ? 0 : bytes(k.master));
     (I.cfg.offload_optimizer ? p.optim_host : p.optim_device) += optim;
   }
-  p.params_device += max_gathered;  // one gathered block at a time
+  p.params_device += 2 * max_gathered;  // the block computing and the next one, prefetched
   p.grads_device += max_staging;    // one bucket of full gradients at a time
   return p;
 }

@@ -21,7 +21,8 @@
 //   stage 3  + parameters sharded: a block's parameters exist only as shards;
 //            a custom autograd function gathers them for the block's forward and
 //            again for its recomputed backward, then drops them and
-//            reduce-scatters the gradients. The outer bucket stays gathered
+//            reduce-scatters the gradients; the next block's gather runs in the
+//            background while a block computes (prefetch). The outer bucket stays gathered
 //            (like DeepSpeed's persistence threshold) and is handled as stage 2.
 //   offload  fp32 master weights, Adam moments and gradient shards live in CPU
 //            memory (pinned with CUDA) and AdamW runs there (the fused CPU kernel,
