@@ -97,7 +97,7 @@ std::map<std::string, Spec> specs() {
   str("--data-cache-path", &TrainArgs::data_cache_path, "directory for the index caches (default: next to the data)");
   str("--metrics-out", &TrainArgs::metrics_out, "JSON lines of every logged metric (default: <save>/metrics.jsonl)");
   str("--device", &TrainArgs::device, "zerolm: auto, cpu or cuda");
-  i64("--distributed-timeout-minutes", &TrainArgs::distributed_timeout_minutes, "collective timeout (a dead rank is reported after it)");
+  dbl("--distributed-timeout-minutes", &TrainArgs::distributed_timeout_minutes, "collective timeout: a silent rank is reported after it (fractions allowed)");
   i64("--zero-stage", &TrainArgs::zero_stage, "ZeRO stage: 0 replicated, 1 optimizer states, 2 + gradients, 3 + parameters sharded");
   flag("--cpu-offload", &TrainArgs::cpu_offload, "zerolm: fp32 master weights and Adam moments in (pinned) CPU memory, CPU AdamW");
   flag("--cpu-optimizer", &TrainArgs::cpu_offload, "Megatron-DeepSpeed's name for --cpu-offload");

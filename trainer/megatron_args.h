@@ -48,7 +48,7 @@ struct TrainArgs {
   std::string distributed_backend = "nccl";
   int64_t tensor_model_parallel_size = 1, pipeline_model_parallel_size = 1;
   std::string device = "auto";  // zerolm: auto | cpu | cuda
-  int64_t distributed_timeout_minutes = 10;
+  double distributed_timeout_minutes = 10;  // fractions allowed (tests use seconds)
   // ZeRO (issue: Megatron-DeepSpeed's --zero-stage / --cpu-optimizer, or DeepSpeed's JSON)
   int64_t zero_stage = 0;
   bool cpu_offload = false;     // fp32 master weights and Adam moments in CPU memory

@@ -415,7 +415,7 @@ int train(const TrainArgs& args) {
                   .beta1 = a.adam_beta1, .beta2 = a.adam_beta2, .eps = a.adam_eps, .weight_decay = a.weight_decay};
   if (ds.offload_chunk > 0) zcfg.offload_chunk = ds.offload_chunk;
   // Ranks meet before anything else, so that different settings are refused before they can deadlock.
-  auto comm = make_comm(env, backend, cuda, std::chrono::minutes(a.distributed_timeout_minutes));
+  auto comm = make_comm(env, backend, cuda, std::chrono::milliseconds(static_cast<int64_t>(a.distributed_timeout_minutes * 60000)));
   if (W > 1)
     ZLM_LOG_INF(" > initialized data parallel with size %d (%s backend, launched by %s, rendezvous %s:%d)", W, comm->backend().c_str(),
                 env.launcher.c_str(), env.master_addr.c_str(), env.master_port);

@@ -13,7 +13,8 @@
 #     continues as the uninterrupted one did (tolerance of 1);
 #     DeepSpeed's JSON config gives the same run as the flags;
 #  5. faults: a rank killed mid-run makes the other exit non-zero with a clear
-#     message (no hang), under our launcher and under torchrun-style env;
+#     message (no hang), under our launcher and under torchrun-style env; a
+#     rank that hangs is given up on after --distributed-timeout-minutes;
 #     ranks started with different settings refuse to start.
 #   zero_test.sh SOURCE_DIR BIN_DIR PYTHON
 set -euo pipefail
@@ -142,7 +143,21 @@ if wait $r0; then echo "FAIL: rank 0 exited 0 after rank 1 was killed"; exit 1; 
 (( SECONDS - start < 30 )) || { echo "FAIL: rank 0 took $((SECONDS - start)) s to notice"; exit 1; }
 grep -q 'rank 0 of 2: .* failed: .*HINT: another rank died' r0.log || { cat r0.log; exit 1; }
 
-# 5c. different settings on different ranks: both refuse, naming the difference.
+# 5c. a rank that stops answering (SIGSTOP): the other gives up after --distributed-timeout-minutes.
+port=$(free_port)
+RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port $BIN/pretrain_gpt "${long[@]}" --distributed-timeout-minutes 0.1 > h0.log 2>&1 &
+h0=$!
+RANK=1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port $BIN/pretrain_gpt "${long[@]}" --distributed-timeout-minutes 0.1 > h1.log 2>&1 &
+h1=$!
+for _ in $(seq 100); do grep -q ' iteration ' h0.log && break; sleep 0.1; done
+kill -STOP $h1
+start=$SECONDS
+if wait $h0; then echo "FAIL: rank 0 exited 0 while rank 1 hung"; exit 1; fi
+(( SECONDS - start < 40 )) || { echo "FAIL: rank 0 took $((SECONDS - start)) s to give up on a hung rank"; exit 1; }
+grep -q 'rank 0 of 2: .* failed: .*HINT: another rank died or timed out' h0.log || { cat h0.log; exit 1; }
+kill -9 $h1; wait $h1 2>/dev/null || true
+
+# 5d. different settings on different ranks: both refuse, naming the difference.
 port=$(free_port)
 RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port $BIN/pretrain_gpt "${common[@]}" --zero-stage 2 > m0.log 2>&1 &
 m0=$!
