@@ -247,6 +247,12 @@ std::string checkpoint_file(const std::string& dir, int64_t* iteration) {
 bool load_checkpoint(const TrainArgs& a, Gpt2& model, ZeroEngine& engine, RunState& st) {
   fs::path tracker = fs::path(a.load) / "latest_checkpointed_iteration.txt";
   if (!fs::exists(tracker)) {
+    // Megatron starts from scratch here, which the tutorial's "--save X --load X"
+    // relies on for its first run; a --load elsewhere means resuming a run
+    // that is not there, which is an error.
+    std::error_code ec;
+    if (a.save.empty() || !(a.load == a.save || fs::equivalent(a.load, a.save, ec)))
+      throw Error(ErrorKind::Usage, "--load %s: no checkpoint there (missing %s)", a.load.c_str(), tracker.string().c_str());
     ZLM_LOG_WRN("WARNING: could not find the metadata file %s; will not load any checkpoints and will start from random",
                 tracker.string().c_str());
     return false;

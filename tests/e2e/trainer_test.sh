@@ -57,6 +57,12 @@ if [[ -x $BIN/generate_gpt ]]; then
   grep -q "nowhere: no checkpoint" gen.err
 fi
 
+# --load of a directory without a checkpoint: the tutorial's --save X --load X starts fresh (Megatron), elsewhere it is an error.
+if $BIN/pretrain_gpt "${common[@]}" --train-iters 1 --load nowhere > noload.log 2>&1; then echo "FAIL: --load nowhere accepted"; exit 1; fi
+grep -q -- '--load nowhere: no checkpoint there' noload.log
+$BIN/pretrain_gpt "${common[@]}" --train-iters 1 --eval-iters 0 --save fresh --load fresh > fresh.log 2>&1
+grep -q 'will not load any checkpoints and will start from random' fresh.log
+
 echo "garbage" > part/iter_0000300/mp_rank_00/model_optim_rng.pt
 if $BIN/pretrain_gpt "${common[@]}" --load part > bad.log 2>&1; then echo "FAIL: corrupt checkpoint accepted"; exit 1; fi
 grep -q 'cannot load the checkpoint' bad.log
