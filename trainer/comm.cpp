@@ -58,8 +58,7 @@ class C10dComm final : public Comm {
     try {
       store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, opts);
     } catch (const std::exception& e) {
-      throw Error(ErrorKind::Io, "rank %d: cannot reach the rendezvous store at %s:%d (%s)", rank_, env.master_addr.c_str(),
-                  env.master_port, e.what());
+      throw Error(ErrorKind::Io, "cannot reach the rendezvous store at %s:%d (%s)", env.master_addr.c_str(), env.master_port, e.what());
     }
     if (env.agent_store)  // torchrun's agent namespaces each restart attempt
       store = c10::make_intrusive<c10d::PrefixStore>("/worker/attempt_" + std::to_string(env.restart_count), store);
@@ -143,8 +142,8 @@ class C10dComm final : public Comm {
       }
       return all;
     } catch (const std::exception& e) {
-      throw Error(ErrorKind::Io, "rank %d of %d: rendezvous '%s' failed (%s) ---> HINT: another rank did not start or died",
-                  rank_, world_, key.c_str(), e.what());
+      throw Error(ErrorKind::Io, "rendezvous '%s' among %d ranks failed (%s) ---> HINT: another rank did not start or died", key.c_str(),
+                  world_, e.what());
     }
   }
   void shutdown() override {
@@ -163,8 +162,8 @@ class C10dComm final : public Comm {
     } catch (const std::exception& e) {
       std::string what = e.what();
       if (auto nl = what.find('\n'); nl != std::string::npos) what.resize(nl);
-      throw Error(ErrorKind::Io, "rank %d of %d: %s failed: %s ---> HINT: another rank died or timed out; see its log", rank_,
-                  world_, op, what.c_str());
+      throw Error(ErrorKind::Io, "%s among %d ranks failed: %s ---> HINT: another rank died or timed out; see its log", op, world_,
+                  what.c_str());
     }
   }
 
