@@ -44,7 +44,7 @@ class LocalComm final : public Comm {
 
 class C10dComm final : public Comm {
  public:
-  C10dComm(const DistEnv& env, const std::string& backend, bool cuda, std::chrono::milliseconds timeout)
+  C10dComm(const DistEnv& env, const std::string& backend, int gpu, std::chrono::milliseconds timeout)
       : name_(backend), timeout_(timeout) {
     rank_ = env.rank;
     world_ = env.world_size;
@@ -78,15 +78,15 @@ class C10dComm final : public Comm {
 #endif
     } else {
 #ifdef ZLM_HAVE_NCCL
-      if (!cuda) throw Error(ErrorKind::Usage, "the nccl backend needs CUDA tensors; use --distributed-backend gloo on CPU");
-      c10::cuda::set_device(static_cast<c10::DeviceIndex>(env.local_rank));
+      if (gpu < 0) throw Error(ErrorKind::Usage, "the nccl backend needs CUDA tensors; use --distributed-backend gloo on CPU");
+      c10::cuda::set_device(static_cast<c10::DeviceIndex>(gpu));
       auto o = c10d::ProcessGroupNCCL::Options::create();
       o->timeout = timeout;
       auto nccl = c10::make_intrusive<c10d::ProcessGroupNCCL>(c10::make_intrusive<c10d::PrefixStore>("nccl", store_), rank_, world_, o);
-      nccl->setBoundDeviceId(at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(env.local_rank)));
+      nccl->setBoundDeviceId(at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(gpu)));
       pg_ = nccl;
 #else
-      (void)cuda;
+      (void)gpu;
       throw Error(ErrorKind::Usage, "this build has no NCCL backend (built without CUDA or without nccl.h)");
 #endif
     }
@@ -191,9 +191,9 @@ bool comm_has_nccl() {
 #endif
 }
 
-std::unique_ptr<Comm> make_comm(const DistEnv& env, const std::string& backend, bool cuda, std::chrono::milliseconds timeout) {
+std::unique_ptr<Comm> make_comm(const DistEnv& env, const std::string& backend, int gpu, std::chrono::milliseconds timeout) {
   if (env.world_size == 1) return std::make_unique<LocalComm>();
-  return std::make_unique<C10dComm>(env, backend, cuda, timeout);
+  return std::make_unique<C10dComm>(env, backend, gpu, timeout);
 }
 
 }  // namespace zlm::trainer

@@ -8,7 +8,7 @@
 // and turns a failure (a dead peer, a timeout) into zlm::Error naming the
 // operation and this rank, so no rank hangs when another dies.
 //
-//   auto comm = make_comm(dist_env_from_process(), "gloo", /*cuda=*/false, std::chrono::minutes(10));
+//   auto comm = make_comm(dist_env_from_process(), "gloo", /*gpu=*/-1, std::chrono::minutes(10));
 //   comm->all_reduce_sum(t);                // in place, every rank gets the sum
 //   comm->reduce_scatter_sum(shard, full);  // full = world * shard elements; rank r gets the sum of chunk r
 //   comm->all_gather(full, shard);          // chunk r of full = shard of rank r
@@ -54,7 +54,8 @@ class Comm {
   int rank_ = 0, world_ = 1;
 };
 
-std::unique_ptr<Comm> make_comm(const DistEnv& env, const std::string& backend, bool cuda, std::chrono::milliseconds timeout);
+// gpu: this rank's CUDA device index, or -1 for CPU tensors.
+std::unique_ptr<Comm> make_comm(const DistEnv& env, const std::string& backend, int gpu, std::chrono::milliseconds timeout);
 
 // Whether this build has each backend.
 bool comm_has_gloo();

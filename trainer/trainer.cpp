@@ -383,7 +383,16 @@ int train(const TrainArgs& args) {
   // Device and precision.
   bool cuda = a.device == "cuda" || (a.device == "auto" && torch::cuda::is_available());
   if (a.device == "cuda" && !torch::cuda::is_available()) throw Error(ErrorKind::Usage, "--device cuda: no CUDA device is visible");
-  torch::Device device = cuda ? torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(env.local_rank)) : torch::Device(torch::kCPU);
+  // GPU of this rank: LOCAL_RANK, or GPU 0 when the launcher gave each rank
+  // only its own GPU (Slurm's --gpus-per-task, CUDA_VISIBLE_DEVICES per rank).
+  int gpu = 0;
+  if (cuda) {
+    const int visible = static_cast<int>(torch::cuda::device_count());
+    gpu = env.local_rank < visible ? env.local_rank : 0;
+    if (env.local_rank >= visible && visible > 1)
+      throw Error(ErrorKind::Usage, "local rank %d but only %d GPUs are visible to it", env.local_rank, visible);
+  }
+  torch::Device device = cuda ? torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(gpu)) : torch::Device(torch::kCPU);
   std::string backend = a.distributed_backend;
   if (!cuda && backend == "nccl") {
     if (env.rank == 0) ZLM_LOG_WRN("--distributed-backend nccl needs a GPU; training on CPU with gloo");
@@ -421,7 +430,7 @@ int train(const TrainArgs& args) {
                   .beta1 = a.adam_beta1, .beta2 = a.adam_beta2, .eps = a.adam_eps, .weight_decay = a.weight_decay};
   if (ds.offload_chunk > 0) zcfg.offload_chunk = ds.offload_chunk;
   // Ranks meet before anything else, so that different settings are refused before they can deadlock.
-  auto comm = make_comm(env, backend, cuda, std::chrono::milliseconds(static_cast<int64_t>(a.distributed_timeout_minutes * 60000)));
+  auto comm = make_comm(env, backend, cuda ? gpu : -1, std::chrono::milliseconds(static_cast<int64_t>(a.distributed_timeout_minutes * 60000)));
   if (W > 1)
     ZLM_LOG_INF(" > initialized data parallel with size %d (%s backend, launched by %s, rendezvous %s:%d)", W, comm->backend().c_str(),
                 env.launcher.c_str(), env.master_addr.c_str(), env.master_port);
@@ -592,13 +601,13 @@ int train(const TrainArgs& args) {
                    (long)gbs, avg, fp16 ? strprintf(" loss scale: %.1f |", scaler.scale()).c_str() : "", grad_norm,
                    (long)skipped_iters, (long)nan_iters, static_cast<double>(gbs) / secs, flops_per_iter / secs / 1e12 / W);
       if (cuda && st.iteration == a.log_interval)  // Megatron reports memory once, after the first interval
-        std::fprintf(stderr, "%s\n", cuda_memory_report(env.rank, st.iteration, env.local_rank).c_str());
+        std::fprintf(stderr, "%s\n", cuda_memory_report(env.rank, st.iteration, gpu).c_str());
       if (metrics)
         *metrics << "{\"iteration\": " << st.iteration << ", \"consumed_samples\": " << st.consumed_train << ", \"lm_loss\": " << std::setprecision(9) << avg
                  << ", \"lr\": " << lr_now << ", \"grad_norm\": " << grad_norm << ", \"seconds_per_iteration\": " << secs
                  << ", \"tflops_per_rank\": " << flops_per_iter / secs / 1e12 / W
                  << ", \"tokens_per_second\": " << static_cast<double>(gbs * a.seq_length) / secs
-                 << ", \"peak_device_bytes\": " << (cuda ? cuda_peak_allocated(env.local_rank) : 0) << "}" << std::endl;
+                 << ", \"peak_device_bytes\": " << (cuda ? cuda_peak_allocated(gpu) : 0) << "}" << std::endl;
     }
     if (st.iteration % a.log_interval == 0 || st.iteration == T) {
       skipped_iters = nan_iters = 0;
