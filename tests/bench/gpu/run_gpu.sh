@@ -92,7 +92,8 @@ ours gpt2_1558m "${S1558[@]}" 500 --checkpoint-activations
 row "GPT-2 1.5B" "zerolm, no offload, activation checkpointing" "$OUT/logs/gpt2_1558m.jsonl" "${S1558[0]}" "${S1558[1]}"
 
 # 3. ZeRO-3 + offload: the largest that trains (largest first).
-if [[ -n "${DRY:-}" ]]; then SHAPES=("2 128 4" "2 64 4"); else SHAPES=("32 4096 32" "40 3072 24" "32 2560 32")  # 6.4B, 4.5B, 2.5B: host memory holds 16 B per parameter; fi
+# 6.4B, 4.5B, 2.5B: host memory holds 16 B per parameter (master = parameter shard, Adam m and v, gradient).
+if [[ -n "${DRY:-}" ]]; then SHAPES=("2 128 4" "2 64 4"); else SHAPES=("32 4096 32" "40 3072 24" "32 2560 32"); fi
 for shape in "${SHAPES[@]}"; do
   read -r L h heads <<< "$shape"
   ITERS_SAVE=$ITERS LOGI_SAVE=$LOGI
