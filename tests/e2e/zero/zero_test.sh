@@ -123,7 +123,14 @@ long=("${common[@]}" --train-iters 100000 --eval-interval 100000)
 $BIN/pretrain_gpt "${long[@]}" --nproc-per-node 2 > kill_launcher.log 2>&1 &
 launcher=$!
 for _ in $(seq 100); do grep -q ' iteration ' kill_launcher.log && break; sleep 0.1; done
-victim=$(pgrep -P $launcher | tail -1)
+children_of() {  # PIDs whose parent is $1, from /proc (no procps needed)
+  local f pid comm state ppid
+  for f in /proc/[0-9]*/stat; do
+    read -r pid comm state ppid _ < "$f" 2>/dev/null || continue
+    if [[ $ppid == "$1" ]]; then echo "$pid"; fi
+  done
+}
+victim=$(children_of $launcher | sort -n | tail -1)
 kill -9 "$victim"
 start=$SECONDS
 if wait $launcher; then echo "FAIL: launcher exited 0 after a rank was killed"; exit 1; fi
