@@ -8,27 +8,53 @@ namespace zlm::trainer {
 
 namespace F = torch::nn::functional;
 
-AutocastState AutocastState::current() {
-  return {at::autocast::is_autocast_enabled(at::kCUDA), at::autocast::get_autocast_dtype(at::kCUDA)};
+namespace {
+
+// CUDA autocast state, applied for a scope and restored after it.
+struct AutocastState {
+  bool enabled = false;
+  at::ScalarType dtype = at::kBFloat16;
+  static AutocastState current() {
+    return {at::autocast::is_autocast_enabled(at::kCUDA), at::autocast::get_autocast_dtype(at::kCUDA)};
+  }
+  void apply() const {
+    at::autocast::set_autocast_dtype(at::kCUDA, dtype);
+    at::autocast::set_autocast_enabled(at::kCUDA, enabled);
+  }
+};
+
+// Sets the default generator of `device` to `state` and returns the state it had.
+torch::Tensor swap_rng_state(const torch::Device& device, const torch::Tensor& state) {
+  auto gen = at::globalContext().defaultGenerator(device);
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  torch::Tensor before = gen.get_state();
+  if (state.defined()) gen.set_state(state);
+  return before;
 }
 
-void AutocastState::save(torch::autograd::AutogradContext* ctx) const {
-  ctx->saved_data["autocast"] = enabled;
-  ctx->saved_data["autocast_dtype"] = static_cast<int64_t>(dtype);
+}  // namespace
+
+void save_for_recompute(torch::autograd::AutogradContext* ctx, const torch::Tensor& x) {
+  ctx->saved_data["rng"] = swap_rng_state(x.device(), torch::Tensor());
+  AutocastState a = AutocastState::current();
+  ctx->saved_data["autocast"] = a.enabled;
+  ctx->saved_data["autocast_dtype"] = static_cast<int64_t>(a.dtype);
+  ctx->save_for_backward({x});
 }
 
-AutocastState AutocastState::load(torch::autograd::AutogradContext* ctx) {
-  return {ctx->saved_data["autocast"].toBool(), static_cast<at::ScalarType>(ctx->saved_data["autocast_dtype"].toInt())};
-}
-
-AutocastScope::AutocastScope(const AutocastState& s) : saved_(AutocastState::current()) {
-  at::autocast::set_autocast_dtype(at::kCUDA, s.dtype);
-  at::autocast::set_autocast_enabled(at::kCUDA, s.enabled);
-}
-
-AutocastScope::~AutocastScope() {
-  at::autocast::set_autocast_enabled(at::kCUDA, saved_.enabled);
-  at::autocast::set_autocast_dtype(at::kCUDA, saved_.dtype);
+std::pair<torch::Tensor, torch::Tensor> recompute(torch::autograd::AutogradContext* ctx, Gpt2BlockImpl* block) {
+  torch::Tensor x = ctx->get_saved_variables()[0].detach().requires_grad_(true);
+  torch::Tensor rng_now = swap_rng_state(x.device(), ctx->saved_data["rng"].toTensor());
+  const AutocastState autocast_now = AutocastState::current();
+  AutocastState{ctx->saved_data["autocast"].toBool(), static_cast<at::ScalarType>(ctx->saved_data["autocast_dtype"].toInt())}.apply();
+  torch::Tensor y;
+  {
+    torch::AutoGradMode enable(true);
+    y = block->forward(x);
+  }
+  autocast_now.apply();
+  swap_rng_state(x.device(), rng_now);
+  return {x, y};
 }
 
 namespace {
@@ -38,37 +64,12 @@ namespace {
 struct CheckpointFn : public torch::autograd::Function<CheckpointFn> {
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, torch::Tensor x, Gpt2BlockImpl* block) {
     ctx->saved_data["block"] = reinterpret_cast<int64_t>(block);
-    // The dropout masks must be the same when the block is recomputed.
-    auto gen = at::globalContext().defaultGenerator(x.device());
-    {
-      std::lock_guard<std::mutex> lock(gen.mutex());
-      ctx->saved_data["rng"] = gen.get_state();
-    }
-    AutocastState::current().save(ctx);
-    ctx->save_for_backward({x});
+    save_for_recompute(ctx, x);
     torch::NoGradGuard no_grad;
     return block->forward(x);
   }
   static torch::autograd::tensor_list backward(torch::autograd::AutogradContext* ctx, torch::autograd::tensor_list grads) {
-    auto* block = reinterpret_cast<Gpt2BlockImpl*>(ctx->saved_data["block"].toInt());
-    torch::Tensor x = ctx->get_saved_variables()[0].detach().requires_grad_(true);
-    auto gen = at::globalContext().defaultGenerator(x.device());
-    torch::Tensor now;
-    {
-      std::lock_guard<std::mutex> lock(gen.mutex());
-      now = gen.get_state();
-      gen.set_state(ctx->saved_data["rng"].toTensor());
-    }
-    torch::Tensor y;
-    {
-      torch::AutoGradMode enable(true);
-      AutocastScope autocast(AutocastState::load(ctx));
-      y = block->forward(x);
-    }
-    {
-      std::lock_guard<std::mutex> lock(gen.mutex());
-      gen.set_state(now);
-    }
+    auto [x, y] = recompute(ctx, reinterpret_cast<Gpt2BlockImpl*>(ctx->saved_data["block"].toInt()));
     torch::autograd::backward({y}, {grads[0]});
     return {x.grad(), torch::Tensor()};
   }

@@ -18,26 +18,17 @@
 
 namespace zlm::trainer {
 
-// CUDA autocast state. LibTorch keeps it per thread and the autograd engine
-// runs backward (and so every recomputation) on its own threads: a recomputing
-// autograd function saves the state of its forward and re-enters it.
-struct AutocastState {
-  bool enabled = false;
-  at::ScalarType dtype = at::kBFloat16;
-  static AutocastState current();
-  void save(torch::autograd::AutogradContext* ctx) const;
-  static AutocastState load(torch::autograd::AutogradContext* ctx);
-};
-class AutocastScope {  // applies a state; restores the previous one on exit
- public:
-  explicit AutocastScope(const AutocastState& s);
-  ~AutocastScope();
-  AutocastScope(const AutocastScope&) = delete;
-  AutocastScope& operator=(const AutocastScope&) = delete;
+class Gpt2BlockImpl;
 
- private:
-  AutocastState saved_;
-};
+// For autograd functions that run a block without autograd in forward and
+// recompute it in backward (activation checkpointing, ZeRO-3).
+// save_for_recompute keeps the input, the RNG state (the dropout masks must be
+// the same) and the CUDA autocast state, which LibTorch keeps per thread while
+// backward runs on the autograd engine's threads. recompute reruns `block` on
+// the saved input, which now requires grad, under those states: returns
+// (input, output) with a graph between them.
+void save_for_recompute(torch::autograd::AutogradContext* ctx, const torch::Tensor& x);
+std::pair<torch::Tensor, torch::Tensor> recompute(torch::autograd::AutogradContext* ctx, Gpt2BlockImpl* block);
 
 struct Gpt2Config {
   int64_t vocab_size = 50304;  // padded

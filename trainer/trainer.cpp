@@ -449,7 +449,7 @@ int train(const TrainArgs& args) {
   ZLM_LOG_INF("    validation: %ld", (long)a.valid_samples());
   ZLM_LOG_INF("    test:       %ld", (long)a.test_samples());
   // Rank 0 builds (and caches) the indices first; the others then load the cache.
-  std::string cache_dir = a.data_cache_path;
+  const std::string& cache_dir = a.data_cache_path;
   auto build_sources = [&] {
     return std::make_tuple(std::make_unique<SampleSource>(readers, weights, a.split, 0, a.train_samples_total(), a.seq_length, a.seed, cache_dir),
                            std::make_unique<SampleSource>(readers, weights, a.split, 1, a.valid_samples(), a.seq_length, a.seed, cache_dir),
@@ -471,6 +471,12 @@ int train(const TrainArgs& args) {
   const int64_t params = model->num_parameters();
   ZeroEngine engine(model, *comm, zcfg, device);
   ZLM_LOG_INF(" > number of parameters: %ld", (long)params);
+  std::unique_ptr<std::ofstream> metrics;  // rank 0 writes every metric as a JSON line
+  std::string metrics_path = !a.metrics_out.empty() ? a.metrics_out : (!a.save.empty() ? (fs::path(a.save) / "metrics.jsonl").string() : "");
+  if (!metrics_path.empty() && env.rank == 0) {
+    if (fs::path(metrics_path).has_parent_path()) fs::create_directories(fs::path(metrics_path).parent_path());
+    metrics = std::make_unique<std::ofstream>(metrics_path, std::ios::app);
+  }
   {
     MemoryPlan plan = engine.plan();
     auto mine = torch::tensor({engine.optimizer_state_bytes()}, torch::kLong).to(device);
@@ -486,34 +492,26 @@ int train(const TrainArgs& args) {
     };
     line("parameters (fp32):", plan.params_device, plan.params_host, "");
     line("gradients (fp32):", plan.grads_device, plan.grads_host, "");
-    std::string optim_extra = strprintf("; Adam moments%s, unsharded %s", engine.optimizer_state_bytes_full(false) > engine.unpadded_numel() * 8 ? " + master weights" : "",
+    std::string optim_extra = strprintf("; Adam moments%s, unsharded %s", unsharded > engine.unpadded_numel() * 8 ? " + master weights" : "",
                                         human_bytes(unsharded).c_str());
     line("optimizer states (fp32):", plan.optim_device, plan.optim_host, optim_extra.c_str());
-    if (env.rank == 0 && (!a.metrics_out.empty() || !a.save.empty())) {
+    if (metrics) {
       std::string per_rank;
       for (int r = 0; r < W; ++r) per_rank += (r ? ", " : "") + std::to_string(all[r].item<int64_t>());
-      std::string path = !a.metrics_out.empty() ? a.metrics_out : (fs::path(a.save) / "metrics.jsonl").string();
-      if (fs::path(path).has_parent_path()) fs::create_directories(fs::path(path).parent_path());
-      std::ofstream(path, std::ios::app) << "{\"memory_plan\": {\"zero_stage\": " << a.zero_stage << ", \"world_size\": " << W
-                                         << ", \"cpu_offload\": " << (a.cpu_offload ? "true" : "false")
-                                         << ", \"params_device\": " << plan.params_device << ", \"params_host\": " << plan.params_host
-                                         << ", \"grads_device\": " << plan.grads_device << ", \"grads_host\": " << plan.grads_host
-                                         << ", \"optim_device\": " << plan.optim_device << ", \"optim_host\": " << plan.optim_host
-                                         << ", \"parameters\": " << engine.unpadded_numel() << ", \"padded_parameters\": " << engine.padded_numel()
-                                         << ", \"optimizer_state_bytes_unsharded\": " << unsharded
-                                         << ", \"optimizer_state_bytes_padded\": " << engine.optimizer_state_bytes_full(true)
-                                         << ", \"optimizer_state_bytes_per_rank\": [" << per_rank << "]}}" << std::endl;
+      *metrics << "{\"memory_plan\": {\"zero_stage\": " << a.zero_stage << ", \"world_size\": " << W
+               << ", \"cpu_offload\": " << (a.cpu_offload ? "true" : "false")
+               << ", \"params_device\": " << plan.params_device << ", \"params_host\": " << plan.params_host
+               << ", \"grads_device\": " << plan.grads_device << ", \"grads_host\": " << plan.grads_host
+               << ", \"optim_device\": " << plan.optim_device << ", \"optim_host\": " << plan.optim_host
+               << ", \"parameters\": " << engine.unpadded_numel() << ", \"padded_parameters\": " << engine.padded_numel()
+               << ", \"optimizer_state_bytes_unsharded\": " << unsharded
+               << ", \"optimizer_state_bytes_padded\": " << engine.optimizer_state_bytes_full(true)
+               << ", \"optimizer_state_bytes_per_rank\": [" << per_rank << "]}}" << std::endl;
     }
   }
 
   RunState st;
   if (!a.load.empty()) load_checkpoint(a, model, engine, st);
-  std::unique_ptr<std::ofstream> metrics;
-  std::string metrics_path = !a.metrics_out.empty() ? a.metrics_out : (!a.save.empty() ? (fs::path(a.save) / "metrics.jsonl").string() : "");
-  if (!metrics_path.empty() && env.rank == 0) {
-    if (fs::path(metrics_path).has_parent_path()) fs::create_directories(fs::path(metrics_path).parent_path());
-    metrics = std::make_unique<std::ofstream>(metrics_path, std::ios::app);
-  }
 
   const int64_t T = a.total_iters(), gbs = a.global_batch_size, mbs = a.micro_batch_size, micro = gbs / (mbs * W);
   const double L = static_cast<double>(a.num_layers), h = static_cast<double>(a.hidden_size), s = static_cast<double>(a.seq_length);

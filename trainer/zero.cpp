@@ -37,7 +37,6 @@ struct Bucket {
   torch::Tensor master, exp_avg, exp_avg_sq;  // owned range, on the optimizer's device
   bool master_is_param = false;
   size_t ready = 0;
-  bool launched = false;
 };
 
 torch::Tensor zeros_on(int64_t n, const torch::Device& dev, bool pin) {
@@ -62,7 +61,6 @@ struct ZeroEngine::Impl {
   size_t next_launch = 0;
   std::mutex mu;
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators;  // keep the hooked nodes alive
-  int64_t max_padded = 0;
 
   Impl(Gpt2& m, Comm& c, const ZeroConfig& z, const torch::Device& d)
       : model(m), comm(c), cfg(z), device(d), opt_device(z.offload_optimizer ? torch::Device(torch::kCPU) : d) {
@@ -93,7 +91,6 @@ struct ZeroEngine::Impl {
         if (group == &decay[b]) k.decay_end = k.numel;
       }
       k.padded = (k.numel + unit - 1) / unit * unit;
-      max_padded = std::max(max_padded, k.padded);
       const int64_t shard = k.padded / W;
       k.own_begin = cfg.stage == 0 ? 0 : rank * shard;
       k.own_len = cfg.stage == 0 ? k.padded : shard;
@@ -179,17 +176,20 @@ struct ZeroEngine::Impl {
     }
   }
   void reduce_hooked(Bucket& k) {
-    torch::NoGradGuard no_grad;
-    auto staging = zeros_on(k.padded, device, false);
+    std::vector<torch::Tensor> grads;
     for (auto& s : k.slots) {
-      auto& g = s.param.mutable_grad();
-      if (g.defined()) staging.narrow(0, s.offset, s.numel).copy_(g.reshape({-1}));
-      g.reset();  // the full gradient is not kept: that is what stage 2 saves
+      grads.push_back(s.param.grad());
+      s.param.mutable_grad().reset();  // the full gradient is not kept: that is what stage 2 saves
     }
-    reduce_into_shard(k, staging);
-    k.launched = true;
+    reduce_into_shard(k, grads);
   }
-  void reduce_into_shard(Bucket& k, const torch::Tensor& full) {
+  // One gradient per slot (undefined: none) into a flat bucket, reduce-scattered
+  // and added to this rank's gradient shard.
+  void reduce_into_shard(Bucket& k, const std::vector<torch::Tensor>& grads) {
+    torch::NoGradGuard no_grad;
+    auto full = zeros_on(k.padded, device, false);
+    for (size_t i = 0; i < k.slots.size(); ++i)
+      if (grads[i].defined()) full.narrow(0, k.slots[i].offset, k.slots[i].numel).copy_(grads[i].reshape({-1}));
     auto part = torch::empty({k.own_len}, full.options());
     comm.reduce_scatter_sum(part, full);
     k.grad_shard.add_(part.device() == k.grad_shard.device() ? part : part.to(k.grad_shard.device()));
@@ -241,13 +241,7 @@ struct GatheredBlockFn : public torch::autograd::Function<GatheredBlockFn> {
     Bucket& k = impl->buckets[static_cast<size_t>(bucket)];
     ctx->saved_data["impl"] = impl_ptr;
     ctx->saved_data["bucket"] = bucket;
-    auto gen = at::globalContext().defaultGenerator(x.device());
-    {
-      std::lock_guard<std::mutex> lock(gen.mutex());
-      ctx->saved_data["rng"] = gen.get_state();
-    }
-    AutocastState::current().save(ctx);
-    ctx->save_for_backward({x});
+    save_for_recompute(ctx, x);
     auto* block = impl->model->blocks[static_cast<size_t>(k.block)]->as<Gpt2BlockImpl>();
     impl->gather(static_cast<size_t>(bucket));
     impl->prefetch(static_cast<size_t>(bucket) + 1);  // the next block's forward
@@ -260,36 +254,14 @@ struct GatheredBlockFn : public torch::autograd::Function<GatheredBlockFn> {
     const auto b = static_cast<size_t>(ctx->saved_data["bucket"].toInt());
     Bucket& k = impl->buckets[b];
     auto* block = impl->model->blocks[static_cast<size_t>(k.block)]->as<Gpt2BlockImpl>();
-    torch::Tensor x = ctx->get_saved_variables()[0].detach().requires_grad_(true);
     impl->gather(b);
     impl->prefetch(b - 1);  // the previous block's backward comes next
-    auto gen = at::globalContext().defaultGenerator(x.device());
-    torch::Tensor now;
-    {
-      std::lock_guard<std::mutex> lock(gen.mutex());
-      now = gen.get_state();
-      gen.set_state(ctx->saved_data["rng"].toTensor());
-    }
-    torch::Tensor y;
-    {
-      torch::AutoGradMode enable(true);
-      AutocastScope autocast(AutocastState::load(ctx));  // the engine thread has its own autocast state
-      y = block->forward(x);
-    }
-    {
-      std::lock_guard<std::mutex> lock(gen.mutex());
-      gen.set_state(now);
-    }
+    auto [x, y] = recompute(ctx, block);
     std::vector<torch::Tensor> inputs{x};
     for (auto& s : k.slots) inputs.push_back(s.param);
     auto g = torch::autograd::grad({y}, inputs, {grads[0]}, /*retain_graph=*/false, /*create_graph=*/false, /*allow_unused=*/true);
-    torch::NoGradGuard no_grad;
-    auto staging = zeros_on(k.padded, impl->device, false);
-    for (size_t i = 0; i < k.slots.size(); ++i)
-      if (g[i + 1].defined()) staging.narrow(0, k.slots[i].offset, k.slots[i].numel).copy_(g[i + 1].reshape({-1}));
-    g.resize(1);
     impl->release(k);
-    impl->reduce_into_shard(k, staging);
+    impl->reduce_into_shard(k, std::vector<torch::Tensor>(g.begin() + 1, g.end()));
     return {g[0], torch::Tensor(), torch::Tensor()};
   }
 };
@@ -311,7 +283,6 @@ void ZeroEngine::begin_step() {
     if (k.flat_grad.defined()) k.flat_grad.zero_();
     if (k.grad_shard.defined() && !k.grad_shard.is_same(k.flat_grad)) k.grad_shard.zero_();
     k.ready = 0;
-    k.launched = false;
   }
   impl_->next_launch = 0;
 }
@@ -322,7 +293,6 @@ void ZeroEngine::after_backward() {
   for (; impl_->next_launch < impl_->hooked_order.size(); ++impl_->next_launch) impl_->reduce_hooked(impl_->buckets[impl_->hooked_order[impl_->next_launch]]);
   for (auto& k : impl_->buckets) {
     k.ready = 0;
-    k.launched = false;
   }
   impl_->next_launch = 0;
 }
