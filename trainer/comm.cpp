@@ -108,10 +108,7 @@ class C10dComm final : public Comm {
     at::Tensor in = full;
     wait("reduce_scatter", pg_->_reduce_scatter_base(shard, in));
   }
-  void all_gather(at::Tensor& full, const at::Tensor& shard) override {
-    at::Tensor in = shard;
-    wait("all_gather", pg_->_allgather_base(full, in));
-  }
+  void all_gather(at::Tensor& full, const at::Tensor& shard) override { all_gather_async(full, shard)->wait(); }
   std::unique_ptr<Pending> all_gather_async(at::Tensor& full, const at::Tensor& shard) override {
     at::Tensor in = shard;
     class Op final : public Pending {
