@@ -109,6 +109,15 @@ torch::Tensor Gpt2BlockImpl::forward(const torch::Tensor& x) {
   return h + F::dropout(m, F::DropoutFuncOptions().p(hidden_dropout_).training(is_training()));
 }
 
+torch::Tensor gpt2_embed(const torch::Tensor& idx, const torch::Tensor& wte, const torch::Tensor& wpe) {
+  auto pos = torch::arange(idx.size(1), torch::TensorOptions().dtype(torch::kLong).device(idx.device()));
+  return at::embedding(wte, idx) + at::embedding(wpe, pos);
+}
+
+torch::Tensor gpt2_head(const torch::Tensor& x, const torch::Tensor& wte, const torch::Tensor& ln_weight, const torch::Tensor& ln_bias) {
+  return torch::matmul(at::layer_norm(x, {x.size(-1)}, ln_weight, ln_bias, 1e-5), wte.t());
+}
+
 Gpt2Impl::Gpt2Impl(const Gpt2Config& c) : config_(c) {
   wte = register_module("wte", torch::nn::Embedding(c.vocab_size, c.hidden));
   wpe = register_module("wpe", torch::nn::Embedding(c.max_positions, c.hidden));
@@ -121,9 +130,8 @@ Gpt2Impl::Gpt2Impl(const Gpt2Config& c) : config_(c) {
 }
 
 torch::Tensor Gpt2Impl::forward(const torch::Tensor& idx) {
-  const int64_t T = idx.size(1);
-  auto pos = torch::arange(T, torch::TensorOptions().dtype(torch::kLong).device(idx.device()));
-  auto x = F::dropout(wte(idx) + wpe(pos), F::DropoutFuncOptions().p(config_.hidden_dropout).training(is_training()));
+  auto x = embed_fn ? embed_fn(idx) : gpt2_embed(idx, wte->weight, wpe->weight);
+  x = F::dropout(x, F::DropoutFuncOptions().p(config_.hidden_dropout).training(is_training()));
   for (size_t l = 0; l < blocks->size(); ++l) {
     auto* block = blocks[l]->as<Gpt2BlockImpl>();
     if (block_fn)
@@ -133,7 +141,7 @@ torch::Tensor Gpt2Impl::forward(const torch::Tensor& idx) {
     else
       x = block->forward(x);
   }
-  return torch::matmul(ln_f(x), wte->weight.t());  // tied output projection: (B, T, Vp)
+  return head_fn ? head_fn(x) : gpt2_head(x, wte->weight, ln_f->weight, ln_f->bias);
 }
 
 torch::Tensor Gpt2Impl::loss(const torch::Tensor& tokens, const torch::Tensor& labels) {

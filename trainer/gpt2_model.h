@@ -30,6 +30,14 @@ class Gpt2BlockImpl;
 void save_for_recompute(torch::autograd::AutogradContext* ctx, const torch::Tensor& x);
 std::pair<torch::Tensor, torch::Tensor> recompute(torch::autograd::AutogradContext* ctx, Gpt2BlockImpl* block);
 
+// The layers outside the blocks, as functions of their weights (the module
+// runs them on its parameters, ZeRO-3 on gathered copies; the same operations
+// either way): token + position embedding of idx (B, T) -> (B, T, C), and the
+// final LayerNorm with the output projection tied to the token embedding
+// (B, T, C) -> logits (B, T, Vp).
+torch::Tensor gpt2_embed(const torch::Tensor& idx, const torch::Tensor& wte, const torch::Tensor& wpe);
+torch::Tensor gpt2_head(const torch::Tensor& x, const torch::Tensor& wte, const torch::Tensor& ln_weight, const torch::Tensor& ln_bias);
+
 struct Gpt2Config {
   int64_t vocab_size = 50304;  // padded
   int64_t max_positions = 1024;
@@ -62,6 +70,9 @@ class Gpt2Impl : public torch::nn::Module {
   // When set, block l runs as block_fn(l, x) instead of blocks[l](x) (ZeRO-3
   // gathers the block's parameters around it; see trainer/zero.h).
   std::function<torch::Tensor(size_t, const torch::Tensor&)> block_fn;
+  // When set, they replace gpt2_embed / gpt2_head on the module's parameters
+  // (ZeRO-3 shards the embeddings and the final LayerNorm too).
+  std::function<torch::Tensor(const torch::Tensor&)> embed_fn, head_fn;
   torch::nn::Embedding wte{nullptr}, wpe{nullptr};
   torch::nn::ModuleList blocks{nullptr};
   torch::nn::LayerNorm ln_f{nullptr};

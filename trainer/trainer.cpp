@@ -479,8 +479,9 @@ int train(const TrainArgs& args) {
   }
   {
     MemoryPlan plan = engine.plan();
-    auto mine = torch::tensor({engine.optimizer_state_bytes()}, torch::kLong).to(device);
-    auto all = torch::zeros({W}, torch::kLong).to(device);
+    // Counted from each rank's tensors: optimizer states and the parameters it keeps between uses.
+    auto mine = torch::tensor({engine.optimizer_state_bytes(), engine.resident_parameter_bytes()}, torch::kLong).to(device);
+    auto all = torch::zeros({2 * W}, torch::kLong).to(device);
     comm->all_gather(all, mine);
     all = all.cpu();
     const int64_t unsharded = engine.optimizer_state_bytes_full(false);
@@ -496,8 +497,11 @@ int train(const TrainArgs& args) {
                                         human_bytes(unsharded).c_str());
     line("optimizer states (fp32):", plan.optim_device, plan.optim_host, optim_extra.c_str());
     if (metrics) {
-      std::string per_rank;
-      for (int r = 0; r < W; ++r) per_rank += (r ? ", " : "") + std::to_string(all[r].item<int64_t>());
+      std::string per_rank, params_per_rank;
+      for (int r = 0; r < W; ++r) {
+        per_rank += (r ? ", " : "") + std::to_string(all[2 * r].item<int64_t>());
+        params_per_rank += (r ? ", " : "") + std::to_string(all[2 * r + 1].item<int64_t>());
+      }
       *metrics << "{\"memory_plan\": {\"zero_stage\": " << a.zero_stage << ", \"world_size\": " << W
                << ", \"cpu_offload\": " << (a.cpu_offload ? "true" : "false")
                << ", \"params_device\": " << plan.params_device << ", \"params_host\": " << plan.params_host
@@ -506,7 +510,8 @@ int train(const TrainArgs& args) {
                << ", \"parameters\": " << engine.unpadded_numel() << ", \"padded_parameters\": " << engine.padded_numel()
                << ", \"optimizer_state_bytes_unsharded\": " << unsharded
                << ", \"optimizer_state_bytes_padded\": " << engine.optimizer_state_bytes_full(true)
-               << ", \"optimizer_state_bytes_per_rank\": [" << per_rank << "]}}" << std::endl;
+               << ", \"optimizer_state_bytes_per_rank\": [" << per_rank << "]"
+               << ", \"resident_parameter_bytes_per_rank\": [" << params_per_rank << "]}}" << std::endl;
     }
   }
 

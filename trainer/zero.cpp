@@ -1,5 +1,6 @@
 #include "trainer/zero.h"
 
+#include <ATen/ExpandUtils.h>
 #include <torch/csrc/autograd/utils/lambda_post_hook.h>
 #include <torch/csrc/autograd/variable.h>
 
@@ -27,7 +28,7 @@ struct Bucket {
   int64_t numel = 0, padded = 0, decay_end = 0;  // decay_end: weights [0, decay_end), the rest not decayed
   int64_t own_begin = 0, own_len = 0;            // the range this rank steps
   int block = -1;                                // transformer block index, -1 for the outer bucket
-  bool sharded_params = false;                   // stage 3 block: parameters exist only as shards
+  bool sharded_params = false;                   // stage 3: parameters exist only as shards
   bool hooked = false;                           // gradients reduced from autograd hooks (stages 2, 3)
   torch::Tensor flat_param;   // full parameters (unless sharded_params)
   torch::Tensor param_shard;  // sharded_params: this rank's parameters (device, or host with offload_params)
@@ -61,6 +62,8 @@ struct ZeroEngine::Impl {
   size_t next_launch = 0;
   std::mutex mu;
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators;  // keep the hooked nodes alive
+  torch::Tensor anchor;      // stage 3: a leaf that requires grad, so that the embedding's backward runs
+  torch::Tensor outer_grad;  // stage 3: the outer bucket's gradient, from the head's backward to the embedding's
 
   Impl(Gpt2& m, Comm& c, const ZeroConfig& z, const torch::Device& d)
       : model(m), comm(c), cfg(z), device(d), opt_device(z.offload_optimizer ? torch::Device(torch::kCPU) : d) {
@@ -94,7 +97,7 @@ struct ZeroEngine::Impl {
       const int64_t shard = k.padded / W;
       k.own_begin = cfg.stage == 0 ? 0 : rank * shard;
       k.own_len = cfg.stage == 0 ? k.padded : shard;
-      k.sharded_params = cfg.stage == 3 && k.block >= 0;
+      k.sharded_params = cfg.stage == 3;
       k.hooked = cfg.stage >= 2 && !k.sharded_params;
       // Parameters into one flat buffer.
       torch::NoGradGuard no_grad;
@@ -152,12 +155,17 @@ struct ZeroEngine::Impl {
       }
     if (cfg.stage == 3) {
       auto* self = this;
+      anchor = torch::empty({0}, torch::TensorOptions().dtype(torch::kFloat).device(device).requires_grad(true));
       model->block_fn = [self](size_t l, const torch::Tensor& x) { return self->run_sharded_block(l, x); };
+      model->embed_fn = [self](const torch::Tensor& idx) { return self->run_sharded_embed(idx); };
+      model->head_fn = [self](const torch::Tensor& x) { return self->run_sharded_head(x); };
     }
   }
 
   ~Impl() {
     model->block_fn = nullptr;
+    model->embed_fn = nullptr;
+    model->head_fn = nullptr;
   }
 
   // ---- stages 2/3: hooked buckets, launched in one fixed order on every rank
@@ -187,17 +195,26 @@ struct ZeroEngine::Impl {
   // and added to this rank's gradient shard.
   void reduce_into_shard(Bucket& k, const std::vector<torch::Tensor>& grads) {
     torch::NoGradGuard no_grad;
+    reduce_flat_into_shard(k, flat_grad(k, grads));
+  }
+  torch::Tensor flat_grad(const Bucket& k, const std::vector<torch::Tensor>& grads) {
     auto full = zeros_on(k.padded, device, false);
     for (size_t i = 0; i < k.slots.size(); ++i)
       if (grads[i].defined()) full.narrow(0, k.slots[i].offset, k.slots[i].numel).copy_(grads[i].reshape({-1}));
+    return full;
+  }
+  void reduce_flat_into_shard(Bucket& k, const torch::Tensor& full) {
     auto part = torch::empty({k.own_len}, full.options());
     comm.reduce_scatter_sum(part, full);
     k.grad_shard.add_(part.device() == k.grad_shard.device() ? part : part.to(k.grad_shard.device()));
   }
 
-  // ---- stage 3: a block whose parameters are gathered around each use. The
-  // next block's gather is started (prefetched) before this block computes, so
-  // communication overlaps computation; at most two blocks are gathered at once.
+  // ---- stage 3: a bucket's parameters are gathered around each use. The next
+  // bucket's gather is started (prefetched) before this one computes, so
+  // communication overlaps computation; at most two buckets are gathered at
+  // once. Forward order: outer (embeddings), blocks 1..L, outer (head);
+  // backward: outer (head), blocks L..1, then the embeddings' backward, which
+  // needs no weights.
   struct InFlight {
     torch::Tensor full, src;
     std::unique_ptr<Comm::Pending> op;
@@ -211,23 +228,36 @@ struct ZeroEngine::Impl {
     return f;
   }
   void prefetch(size_t b) {
-    if (b < 1 || b >= buckets.size() || !buckets[b].sharded_params || inflight.count(b)) return;
+    if (b >= buckets.size() || !buckets[b].sharded_params || inflight.count(b)) return;
     torch::NoGradGuard no_grad;
     inflight.emplace(b, start_gather(buckets[b]));
   }
-  void gather(size_t b) {
+  // The bucket's full parameters (the prefetched gather, or a new one).
+  torch::Tensor gathered(size_t b) {
     torch::NoGradGuard no_grad;
-    Bucket& k = buckets[b];
     auto it = inflight.find(b);
-    InFlight f = it != inflight.end() ? std::move(it->second) : start_gather(k);
+    InFlight f = it != inflight.end() ? std::move(it->second) : start_gather(buckets[b]);
     if (it != inflight.end()) inflight.erase(it);
     f.op->wait();
-    for (auto& s : k.slots) s.param.set_data(f.full.narrow(0, s.offset, s.numel).view(s.shape));
+    return f.full;
+  }
+  // A block's module parameters become views of its gathered parameters.
+  void gather(size_t b) {
+    torch::Tensor full = gathered(b);
+    for (auto& s : buckets[b].slots) s.param.set_data(full.narrow(0, s.offset, s.numel).view(s.shape));
+  }
+  // The named parameter of a bucket, as a view of its gathered flat buffer.
+  torch::Tensor view_of(const Bucket& k, const torch::Tensor& full, const std::string& name) const {
+    for (const auto& s : k.slots)
+      if (s.name == name) return full.narrow(0, s.offset, s.numel).view(s.shape);
+    throw Error(ErrorKind::Internal, "ZeRO-3: no parameter %s in the outer bucket", name.c_str());
   }
   void release(Bucket& k) {
     for (auto& s : k.slots) s.param.set_data(torch::empty({0}, s.param.options()));
   }
   torch::Tensor run_sharded_block(size_t l, const torch::Tensor& x);
+  torch::Tensor run_sharded_embed(const torch::Tensor& idx);
+  torch::Tensor run_sharded_head(const torch::Tensor& x);
 };
 
 namespace {
@@ -244,7 +274,7 @@ struct GatheredBlockFn : public torch::autograd::Function<GatheredBlockFn> {
     save_for_recompute(ctx, x);
     auto* block = impl->model->blocks[static_cast<size_t>(k.block)]->as<Gpt2BlockImpl>();
     impl->gather(static_cast<size_t>(bucket));
-    impl->prefetch(static_cast<size_t>(bucket) + 1);  // the next block's forward
+    impl->prefetch((static_cast<size_t>(bucket) + 1) % impl->buckets.size());  // the next block's forward, or the head's
     torch::Tensor y = block->forward(x);
     impl->release(k);
     return y;
@@ -255,7 +285,7 @@ struct GatheredBlockFn : public torch::autograd::Function<GatheredBlockFn> {
     Bucket& k = impl->buckets[b];
     auto* block = impl->model->blocks[static_cast<size_t>(k.block)]->as<Gpt2BlockImpl>();
     impl->gather(b);
-    impl->prefetch(b - 1);  // the previous block's backward comes next
+    if (b > 1) impl->prefetch(b - 1);  // the previous block's backward comes next (the embeddings' needs no weights)
     auto [x, y] = recompute(ctx, block);
     std::vector<torch::Tensor> inputs{x};
     for (auto& s : k.slots) inputs.push_back(s.param);
@@ -266,10 +296,90 @@ struct GatheredBlockFn : public torch::autograd::Function<GatheredBlockFn> {
   }
 };
 
+// The embeddings: forward gathers the outer bucket, looks the tokens and
+// positions up and drops it again. Backward needs no weights: the gradients of
+// a lookup are the output gradients added into the looked-up rows (the same
+// operations autograd runs for gpt2_embed). They complete the outer bucket's
+// gradient that the head's backward began, which is then reduce-scattered.
+// `anchor` (a leaf that requires grad) makes autograd run this backward.
+struct GatheredEmbedFn : public torch::autograd::Function<GatheredEmbedFn> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, torch::Tensor anchor, torch::Tensor idx, int64_t impl_ptr) {
+    auto* impl = reinterpret_cast<ZeroEngine::Impl*>(impl_ptr);
+    Bucket& k = impl->buckets[0];
+    ctx->saved_data["impl"] = impl_ptr;
+    ctx->save_for_backward({idx});
+    torch::Tensor full = impl->gathered(0);
+    impl->prefetch(1);  // the first block's forward
+    return gpt2_embed(idx, impl->view_of(k, full, "wte.weight"), impl->view_of(k, full, "wpe.weight"));
+  }
+  static torch::autograd::tensor_list backward(torch::autograd::AutogradContext* ctx, torch::autograd::tensor_list grads) {
+    auto* impl = reinterpret_cast<ZeroEngine::Impl*>(ctx->saved_data["impl"].toInt());
+    Bucket& k = impl->buckets[0];
+    torch::NoGradGuard no_grad;
+    torch::Tensor idx = ctx->get_saved_variables()[0], g = grads[0];
+    if (!impl->outer_grad.defined()) impl->outer_grad = zeros_on(k.padded, impl->device, false);  // no head in this graph
+    torch::Tensor wte = impl->view_of(k, impl->outer_grad, "wte.weight"), wpe = impl->view_of(k, impl->outer_grad, "wpe.weight");
+    auto pos = torch::arange(idx.size(1), idx.options());
+    wte.add_(at::embedding_backward(g, idx, wte.size(0), -1, false, false));
+    wpe.add_(at::embedding_backward(at::sum_to(g, c10::IntArrayRef{idx.size(1), g.size(-1)}), pos, wpe.size(0), -1, false, false));
+    impl->reduce_flat_into_shard(k, impl->outer_grad);
+    impl->outer_grad.reset();
+    return {torch::Tensor(), torch::Tensor(), torch::Tensor()};
+  }
+};
+
+// The final LayerNorm and the tied output projection. Forward gathers the
+// outer bucket and, when a backward will follow, runs with autograd on views
+// of the gathered buffer and keeps that small graph (and so the buffer) until
+// the backward, which comes right after the loss; otherwise it drops the
+// buffer at once. Backward starts the outer bucket's gradient.
+struct GatheredHeadFn : public torch::autograd::Function<GatheredHeadFn> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, torch::Tensor x, int64_t impl_ptr, bool with_backward) {
+    auto* impl = reinterpret_cast<ZeroEngine::Impl*>(impl_ptr);
+    Bucket& k = impl->buckets[0];
+    torch::Tensor full = impl->gathered(0);
+    if (!with_backward) return gpt2_head(x, impl->view_of(k, full, "wte.weight"), impl->view_of(k, full, "ln_f.weight"), impl->view_of(k, full, "ln_f.bias"));
+    torch::AutoGradMode enable(true);
+    std::vector<torch::Tensor> leaves{x.detach().requires_grad_(true)};
+    for (const char* name : {"wte.weight", "ln_f.weight", "ln_f.bias"}) leaves.push_back(impl->view_of(k, full, name).detach().requires_grad_(true));
+    torch::Tensor y = gpt2_head(leaves[0], leaves[1], leaves[2], leaves[3]);
+    ctx->saved_data["impl"] = impl_ptr;
+    ctx->saved_data["y"] = y;
+    ctx->saved_data["leaves"] = c10::List<torch::Tensor>(leaves);
+    return y.detach();
+  }
+  static torch::autograd::tensor_list backward(torch::autograd::AutogradContext* ctx, torch::autograd::tensor_list grads) {
+    auto* impl = reinterpret_cast<ZeroEngine::Impl*>(ctx->saved_data["impl"].toInt());
+    Bucket& k = impl->buckets[0];
+    torch::Tensor y = ctx->saved_data["y"].toTensor();
+    auto leaves = ctx->saved_data["leaves"].toTensorVector();
+    ctx->saved_data.erase("y");
+    ctx->saved_data.erase("leaves");
+    auto g = torch::autograd::grad({y}, leaves, {grads[0]}, /*retain_graph=*/false, /*create_graph=*/false, /*allow_unused=*/true);
+    y.reset();
+    leaves.clear();  // the gathered buffer goes with the graph
+    torch::NoGradGuard no_grad;
+    impl->outer_grad = zeros_on(k.padded, impl->device, false);
+    const char* names[] = {"wte.weight", "ln_f.weight", "ln_f.bias"};
+    for (size_t i = 0; i < 3; ++i)
+      if (g[i + 1].defined()) impl->view_of(k, impl->outer_grad, names[i]).copy_(g[i + 1]);
+    return {g[0], torch::Tensor(), torch::Tensor()};
+  }
+};
+
 }  // namespace
 
 torch::Tensor ZeroEngine::Impl::run_sharded_block(size_t l, const torch::Tensor& x) {
   return GatheredBlockFn::apply(x, reinterpret_cast<int64_t>(this), static_cast<int64_t>(l + 1));
+}
+
+torch::Tensor ZeroEngine::Impl::run_sharded_embed(const torch::Tensor& idx) {
+  return GatheredEmbedFn::apply(anchor, idx, reinterpret_cast<int64_t>(this));
+}
+
+torch::Tensor ZeroEngine::Impl::run_sharded_head(const torch::Tensor& x) {
+  const bool with_backward = torch::GradMode::is_enabled() && x.requires_grad();
+  return GatheredHeadFn::apply(x, reinterpret_cast<int64_t>(this), with_backward);
 }
 
 ZeroEngine::ZeroEngine(Gpt2& model, Comm& comm, const ZeroConfig& cfg, const torch::Device& device)
@@ -366,7 +476,6 @@ MemoryPlan ZeroEngine::plan() const {
   for (const auto& k : I.buckets) {
     p.params_device += bytes(k.flat_param);
     (I.cfg.offload_params ? p.params_host : p.params_device) += bytes(k.param_shard);
-    if (k.sharded_params) max_gathered = std::max(max_gathered, k.padded * 4);
     if (k.hooked || k.sharded_params) max_staging = std::max(max_staging, k.padded * 4);
     const int64_t shard = k.grad_shard.is_same(k.flat_grad) ? 0 : bytes(k.grad_shard);
     const bool shard_on_host = I.cfg.offload_optimizer && I.cfg.stage >= 2;  // by role: on CPU-only runs both places are the CPU
@@ -375,14 +484,32 @@ MemoryPlan ZeroEngine::plan() const {
     int64_t optim = bytes(k.exp_avg) + bytes(k.exp_avg_sq) + (k.master_is_param ? 0 : bytes(k.master));
     (I.cfg.offload_optimizer ? p.optim_host : p.optim_device) += optim;
   }
-  p.params_device += 2 * max_gathered;  // the block computing and the next one, prefetched
-  p.grads_device += max_staging;    // one bucket of full gradients at a time
+  // Gathered at once: the bucket computing and the next one, prefetched, in the
+  // order outer, blocks 1..L, outer.
+  for (size_t b = 0; b < I.buckets.size(); ++b) {
+    const Bucket &k = I.buckets[b], &next = I.buckets[(b + 1) % I.buckets.size()];
+    if (k.sharded_params) max_gathered = std::max(max_gathered, (k.padded + next.padded) * 4);
+  }
+  p.params_device += max_gathered;
+  // One bucket of full gradients at a time; at stage 3 the outer bucket's is
+  // held from the head's backward to the embeddings', beside each block's.
+  p.grads_device += max_staging + (I.cfg.stage == 3 ? I.buckets[0].padded * 4 : 0);
   return p;
 }
 
 int64_t ZeroEngine::optimizer_state_bytes() const {
   int64_t n = 0;
   for (const auto& k : impl_->buckets) n += bytes(k.exp_avg) + bytes(k.exp_avg_sq) + (k.master_is_param ? 0 : bytes(k.master));
+  return n;
+}
+
+int64_t ZeroEngine::resident_parameter_bytes() const {
+  int64_t n = 0;
+  for (const auto& k : impl_->buckets) {
+    n += bytes(k.flat_param) + bytes(k.param_shard);
+    if (k.sharded_params)
+      for (const auto& s : k.slots) n += bytes(s.param);  // empty between uses (else views of flat_param)
+  }
   return n;
 }
 

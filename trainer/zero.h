@@ -22,8 +22,12 @@
 //            a custom autograd function gathers them for the block's forward and
 //            again for its recomputed backward, then drops them and
 //            reduce-scatters the gradients; the next block's gather runs in the
-//            background while a block computes (prefetch). The outer bucket stays gathered
-//            (like DeepSpeed's persistence threshold) and is handled as stage 2.
+//            background while a block computes (prefetch). The outer bucket
+//            is sharded too: gathered for the embedding lookup and again for
+//            the head (final LayerNorm, tied output projection) and its
+//            backward; its gradient, begun by the head's backward, is
+//            completed by the lookup's (which needs no weights) and then
+//            reduce-scattered.
 //   offload  fp32 master weights, Adam moments and gradient shards live in CPU
 //            memory (pinned with CUDA) and AdamW runs there (the fused CPU kernel,
 //            in chunks); parameters are copied back after the step. Stage 3 can
@@ -81,6 +85,9 @@ class ZeroEngine {
   // The bytes this rank's tensors really hold for Adam moments and master
   // weights (counted from the tensors, not from the formula).
   int64_t optimizer_state_bytes() const;
+  // The bytes of parameters this rank keeps between uses (full buffers, or
+  // its shards at stage 3; not the buffers gathered for a computation).
+  int64_t resident_parameter_bytes() const;
   // The same for the whole model, unsharded (padded: over the padded buckets).
   int64_t optimizer_state_bytes_full(bool padded) const;
   int64_t padded_numel() const;   // over all buckets

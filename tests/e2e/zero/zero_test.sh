@@ -8,7 +8,8 @@
 #  2. stages 1, 2 and 3 at the same world size: losses agree to 1e-7
 #     (relative), stage 2 and 3 weights bit for bit;
 #  3. every rank holds 1/W of the optimizer states (from the tensors, plus
-#     the padding to W * 64 elements per bucket);
+#     the padding to W * 64 elements per bucket), and at stage 3 1/W of the
+#     parameters, the embeddings included;
 #  4. a checkpoint saved by W ranks resumes on W' (2->3, 4->1, 1->2) and the run
 #     continues as the uninterrupted one did (tolerance of 1);
 #     DeepSpeed's JSON config gives the same run as the flags;
@@ -84,7 +85,8 @@ $CMP --rtol 1e-5 --atol 1e-5 ref "${runs[@]}"
 $CMP --losses-only --rtol 1e-7 --atol 0 w3_z1 w3_z2 w3_z3
 $CMP --rtol 0 --atol 0 w3_z2 w3_z3
 
-# 3. optimizer-state bytes per rank are 1/W of the total (plus padding), counted from the tensors.
+# 3. optimizer-state bytes per rank are 1/W of the total (plus padding), counted from the tensors;
+#    so are the parameters a rank keeps between uses at stage 3 (all of them at stages 0-2).
 $PY - "${runs[@]}" <<'PYEOF'
 import json, sys
 for run in sys.argv[1:]:
@@ -101,7 +103,10 @@ for run in sys.argv[1:]:
     else:
         assert all(p * W == padded for p in per), (run, per, padded)
         assert 0 <= padded - unsharded < buckets * W * 64 * width, (run, padded, unsharded)
-    print(f"ok   {run}: optimizer states {per[0]} B per rank of {unsharded} B unsharded (stage {stage}, {W} ranks)")
+    params = plan["resident_parameter_bytes_per_rank"]
+    full = plan["padded_parameters"] * 4
+    assert all(p * (W if stage == 3 else 1) == full for p in params), (run, params, full)
+    print(f"ok   {run}: optimizer states {per[0]} B per rank of {unsharded} B unsharded, parameters {params[0]} B of {full} B (stage {stage}, {W} ranks)")
 PYEOF
 
 # 4. resharding: stop at iteration 5 on W ranks, resume on W' ranks.
