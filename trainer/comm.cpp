@@ -37,6 +37,11 @@ class LocalComm final : public Comm {
     all_gather(full, shard);
     return std::make_unique<DonePending>();
   }
+  std::unique_ptr<Pending> reduce_scatter_async(at::Tensor& shard, const at::Tensor& full) override {
+    reduce_scatter_sum(shard, full);
+    return std::make_unique<DonePending>();
+  }
+  std::unique_ptr<Pending> all_reduce_async(at::Tensor&) override { return std::make_unique<DonePending>(); }
   void broadcast(at::Tensor&, int) override {}
   void barrier() override {}
   std::vector<std::string> exchange(const std::string&, const std::string& mine) override { return {mine}; }
@@ -94,9 +99,10 @@ class C10dComm final : public Comm {
   ~C10dComm() override { shutdown(); }
 
   std::string backend() const override { return name_; }
-  void all_reduce_sum(at::Tensor& t) override {
+  void all_reduce_sum(at::Tensor& t) override { all_reduce_async(t)->wait(); }
+  std::unique_ptr<Pending> all_reduce_async(at::Tensor& t) override {
     std::vector<at::Tensor> v{t};
-    wait("all_reduce", pg_->allreduce(v));
+    return std::make_unique<Op>(this, "all_reduce", pg_->allreduce(v));
   }
   void all_reduce_max(at::Tensor& t) override {
     std::vector<at::Tensor> v{t};
@@ -104,23 +110,15 @@ class C10dComm final : public Comm {
     o.reduceOp = c10d::ReduceOp::MAX;
     wait("all_reduce(max)", pg_->allreduce(v, o));
   }
-  void reduce_scatter_sum(at::Tensor& shard, const at::Tensor& full) override {
+  void reduce_scatter_sum(at::Tensor& shard, const at::Tensor& full) override { reduce_scatter_async(shard, full)->wait(); }
+  std::unique_ptr<Pending> reduce_scatter_async(at::Tensor& shard, const at::Tensor& full) override {
     at::Tensor in = full;
-    wait("reduce_scatter", pg_->_reduce_scatter_base(shard, in));
+    return std::make_unique<Op>(this, "reduce_scatter", pg_->_reduce_scatter_base(shard, in));
   }
   void all_gather(at::Tensor& full, const at::Tensor& shard) override { all_gather_async(full, shard)->wait(); }
   std::unique_ptr<Pending> all_gather_async(at::Tensor& full, const at::Tensor& shard) override {
     at::Tensor in = shard;
-    class Op final : public Pending {
-     public:
-      Op(C10dComm* c, c10::intrusive_ptr<c10d::Work> w) : comm_(c), work_(std::move(w)) {}
-      void wait() override { comm_->wait("all_gather", work_); }
-
-     private:
-      C10dComm* comm_;
-      c10::intrusive_ptr<c10d::Work> work_;
-    };
-    return std::make_unique<Op>(this, pg_->_allgather_base(full, in));
+    return std::make_unique<Op>(this, "all_gather", pg_->_allgather_base(full, in));
   }
   void broadcast(at::Tensor& t, int root) override {
     std::vector<at::Tensor> v{t};
@@ -153,6 +151,17 @@ class C10dComm final : public Comm {
   }
 
  private:
+  class Op final : public Pending {
+   public:
+    Op(C10dComm* c, const char* name, c10::intrusive_ptr<c10d::Work> w) : comm_(c), name_(name), work_(std::move(w)) {}
+    void wait() override { comm_->wait(name_, work_); }
+
+   private:
+    C10dComm* comm_;
+    const char* name_;
+    c10::intrusive_ptr<c10d::Work> work_;
+  };
+
   void wait(const char* op, const c10::intrusive_ptr<c10d::Work>& work) {
     try {
       work->wait(timeout_);

@@ -44,6 +44,9 @@ class Comm {
   // all_gather started in the background (Gloo's worker threads, NCCL's stream);
   // `full` and `shard` must stay alive until wait().
   virtual std::unique_ptr<Pending> all_gather_async(at::Tensor& full, const at::Tensor& shard) = 0;
+  // reduce_scatter_sum and all_reduce_sum started in the background, likewise.
+  virtual std::unique_ptr<Pending> reduce_scatter_async(at::Tensor& shard, const at::Tensor& full) = 0;
+  virtual std::unique_ptr<Pending> all_reduce_async(at::Tensor& t) = 0;
   virtual void broadcast(at::Tensor& t, int root) = 0;
   virtual void barrier() = 0;
   // Every rank's string, in rank order (through the rendezvous store).

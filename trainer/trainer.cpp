@@ -566,7 +566,7 @@ int train(const TrainArgs& args) {
   while (st.iteration < T) {
     const double lr = megatron_lr(a, st.iteration);  // Megatron: the LR of the steps taken so far
     if (autocast) at::autocast::clear_cache();
-    engine.begin_step();
+    engine.begin_step(micro);
     double loss_sum = 0;
     const double loss_mult = fp16 ? scaler.scale() : 1.0;
     for (int64_t m = 0; m < micro; ++m) {

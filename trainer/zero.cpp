@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <deque>
 #include <map>
 #include <mutex>
 
@@ -29,7 +30,8 @@ struct Bucket {
   int64_t own_begin = 0, own_len = 0;            // the range this rank steps
   int block = -1;                                // transformer block index, -1 for the outer bucket
   bool sharded_params = false;                   // stage 3: parameters exist only as shards
-  bool hooked = false;                           // gradients reduced from autograd hooks (stages 2, 3)
+  bool hooked = false;                           // gradients reduced from autograd hooks (stages 0-2; 0, 1: on the last micro-batch)
+  bool reduced = false;                          // stages 0, 1: this step's reduction is launched
   torch::Tensor flat_param;   // full parameters (unless sharded_params)
   torch::Tensor param_shard;  // sharded_params: this rank's parameters (device, or host with offload_params)
   torch::Tensor flat_grad;    // stages 0, 1: the buffer param.grad views point into
@@ -60,6 +62,7 @@ struct ZeroEngine::Impl {
   std::vector<Bucket> buckets;            // [0] outer, [1 + l] block l
   std::vector<size_t> hooked_order;       // launch order of hooked buckets (reverse model order)
   size_t next_launch = 0;
+  int64_t micro_total = 1, micro_done = 0;  // micro-batches of this step, and those whose backward is done
   std::mutex mu;
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators;  // keep the hooked nodes alive
   torch::Tensor anchor;      // stage 3: a leaf that requires grad, so that the embedding's backward runs
@@ -98,7 +101,7 @@ struct ZeroEngine::Impl {
       k.own_begin = cfg.stage == 0 ? 0 : rank * shard;
       k.own_len = cfg.stage == 0 ? k.padded : shard;
       k.sharded_params = cfg.stage == 3;
-      k.hooked = cfg.stage >= 2 && !k.sharded_params;
+      k.hooked = !k.sharded_params;
       // Parameters into one flat buffer.
       torch::NoGradGuard no_grad;
       auto flat = zeros_on(k.padded, device, false);
@@ -168,9 +171,13 @@ struct ZeroEngine::Impl {
     model->head_fn = nullptr;
   }
 
-  // ---- stages 2/3: hooked buckets, launched in one fixed order on every rank
+  // ---- hooked buckets, launched in one fixed order on every rank: on every
+  // micro-batch at stage 2, on the last one at stages 0 and 1 (the gradients
+  // accumulate in the full buffers until then).
+  bool reduce_this_micro_batch() const { return cfg.stage >= 2 || micro_done + 1 >= micro_total; }
   void param_ready(size_t b) {
     std::lock_guard<std::mutex> lock(mu);
+    if (!reduce_this_micro_batch()) return;
     Bucket& k = buckets[b];
     if (++k.ready < k.slots.size()) return;
     launch_ready();
@@ -184,6 +191,14 @@ struct ZeroEngine::Impl {
     }
   }
   void reduce_hooked(Bucket& k) {
+    if (cfg.stage <= 1) {  // in place: all-reduce of the full buffer, or reduce-scatter of it into the shard
+      finish_reduces();
+      Reducing r{&k, k.flat_grad, torch::Tensor(), nullptr};
+      r.op = cfg.stage == 0 ? comm.all_reduce_async(k.flat_grad) : comm.reduce_scatter_async(k.grad_shard, k.flat_grad);
+      reducing.push_back(std::move(r));
+      k.reduced = true;
+      return;
+    }
     std::vector<torch::Tensor> grads;
     for (auto& s : k.slots) {
       grads.push_back(s.param.grad());
@@ -203,10 +218,31 @@ struct ZeroEngine::Impl {
       if (grads[i].defined()) full.narrow(0, k.slots[i].offset, k.slots[i].numel).copy_(grads[i].reshape({-1}));
     return full;
   }
+  // The reduce-scatter runs in the background while backward computes the
+  // next bucket's gradients (DeepSpeed's overlap_comm); at most one is in
+  // flight, and they are added to the shards in launch order, so the sums
+  // are those of the blocking version. finish_reduces() completes them all.
+  struct Reducing {
+    Bucket* k;
+    torch::Tensor full, part;
+    std::unique_ptr<Comm::Pending> op;
+  };
+  std::deque<Reducing> reducing;
   void reduce_flat_into_shard(Bucket& k, const torch::Tensor& full) {
-    auto part = torch::empty({k.own_len}, full.options());
-    comm.reduce_scatter_sum(part, full);
-    k.grad_shard.add_(part.device() == k.grad_shard.device() ? part : part.to(k.grad_shard.device()));
+    finish_reduces();
+    Reducing r{&k, full, torch::empty({k.own_len}, full.options()), nullptr};
+    r.op = comm.reduce_scatter_async(r.part, r.full);
+    reducing.push_back(std::move(r));
+  }
+  void finish_reduces() {
+    torch::NoGradGuard no_grad;
+    for (; !reducing.empty(); reducing.pop_front()) {
+      Reducing& r = reducing.front();
+      r.op->wait();
+      if (!r.part.defined()) continue;  // reduced in place
+      torch::Tensor& shard = r.k->grad_shard;
+      shard.add_(r.part.device() == shard.device() ? r.part : r.part.to(shard.device()));
+    }
   }
 
   // ---- stage 3: a bucket's parameters are gathered around each use. The next
@@ -387,34 +423,40 @@ ZeroEngine::ZeroEngine(Gpt2& model, Comm& comm, const ZeroConfig& cfg, const tor
 
 ZeroEngine::~ZeroEngine() = default;
 
-void ZeroEngine::begin_step() {
+void ZeroEngine::begin_step(int64_t micro_batches) {
   torch::NoGradGuard no_grad;
   for (auto& k : impl_->buckets) {
     if (k.flat_grad.defined()) k.flat_grad.zero_();
     if (k.grad_shard.defined() && !k.grad_shard.is_same(k.flat_grad)) k.grad_shard.zero_();
     k.ready = 0;
+    k.reduced = false;
   }
   impl_->next_launch = 0;
+  impl_->micro_total = std::max<int64_t>(1, micro_batches);
+  impl_->micro_done = 0;
 }
 
 void ZeroEngine::after_backward() {
-  std::lock_guard<std::mutex> lock(impl_->mu);
-  // Buckets whose parameters got no gradient this time: reduce what there is, in order.
-  for (; impl_->next_launch < impl_->hooked_order.size(); ++impl_->next_launch) impl_->reduce_hooked(impl_->buckets[impl_->hooked_order[impl_->next_launch]]);
-  for (auto& k : impl_->buckets) {
-    k.ready = 0;
+  auto& I = *impl_;
+  std::lock_guard<std::mutex> lock(I.mu);
+  if (I.reduce_this_micro_batch()) {
+    // Buckets whose parameters got no gradient this time: reduce what there is, in order.
+    for (; I.next_launch < I.hooked_order.size(); ++I.next_launch) I.reduce_hooked(I.buckets[I.hooked_order[I.next_launch]]);
+    I.finish_reduces();
   }
-  impl_->next_launch = 0;
+  for (auto& k : I.buckets) k.ready = 0;
+  I.next_launch = 0;
+  ++I.micro_done;
 }
 
 double ZeroEngine::reduce_grads(double grad_mult) {
   torch::NoGradGuard no_grad;
   auto& I = *impl_;
-  if (I.cfg.stage == 0) {
-    for (auto& k : I.buckets) I.comm.all_reduce_sum(k.flat_grad);
-  } else if (I.cfg.stage == 1) {
-    for (size_t b = I.buckets.size(); b-- > 0;) I.comm.reduce_scatter_sum(I.buckets[b].grad_shard, I.buckets[b].flat_grad);
-  }
+  I.finish_reduces();
+  if (I.cfg.stage <= 1)  // normally launched during the last backward already
+    for (size_t b : I.hooked_order)
+      if (!I.buckets[b].reduced) I.reduce_hooked(I.buckets[b]);
+  I.finish_reduces();
   auto sumsq = torch::zeros({1}, torch::TensorOptions().dtype(torch::kDouble).device(I.device));
   for (auto& k : I.buckets) {
     if (grad_mult != 1.0) k.grad_shard.mul_(grad_mult);
@@ -476,7 +518,7 @@ MemoryPlan ZeroEngine::plan() const {
   for (const auto& k : I.buckets) {
     p.params_device += bytes(k.flat_param);
     (I.cfg.offload_params ? p.params_host : p.params_device) += bytes(k.param_shard);
-    if (k.hooked || k.sharded_params) max_staging = std::max(max_staging, k.padded * 4);
+    if (I.cfg.stage >= 2) max_staging = std::max(max_staging, k.padded * 4);
     const int64_t shard = k.grad_shard.is_same(k.flat_grad) ? 0 : bytes(k.grad_shard);
     const bool shard_on_host = I.cfg.offload_optimizer && I.cfg.stage >= 2;  // by role: on CPU-only runs both places are the CPU
     p.grads_device += bytes(k.flat_grad) + (shard_on_host ? 0 : shard);
@@ -491,9 +533,10 @@ MemoryPlan ZeroEngine::plan() const {
     if (k.sharded_params) max_gathered = std::max(max_gathered, (k.padded + next.padded) * 4);
   }
   p.params_device += max_gathered;
-  // One bucket of full gradients at a time; at stage 3 the outer bucket's is
-  // held from the head's backward to the embeddings', beside each block's.
-  p.grads_device += max_staging + (I.cfg.stage == 3 ? I.buckets[0].padded * 4 : 0);
+  // Two buckets of full gradients at a time (one being reduce-scattered, the
+  // next being built); at stage 3 the outer bucket's is also held from the
+  // head's backward to the embeddings'.
+  p.grads_device += 2 * max_staging + (I.cfg.stage == 3 ? I.buckets[0].padded * 4 : 0);
   return p;
 }
 

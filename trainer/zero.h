@@ -8,12 +8,13 @@
 // multiple of world * 64 elements, so rank r owns the contiguous range
 // [r * padded / world, (r + 1) * padded / world) of every bucket.
 //
-//   stage 0  replicated: gradients all-reduced per bucket after the last
-//            micro-batch; every rank keeps full Adam states and steps them.
-//   stage 1  optimizer states sharded: gradients accumulate in full buffers
-//            (param.grad is a view of the bucket) and are reduce-scattered per
-//            bucket after the last micro-batch; each rank steps its shard and the
-//            parameters are all-gathered.
+//   stage 0  replicated: gradients accumulate in full buffers (param.grad is a
+//            view of the bucket) and are all-reduced per bucket during the last
+//            micro-batch's backward (autograd post-hooks, in one fixed bucket
+//            order on all ranks); every rank keeps full Adam states and steps them.
+//   stage 1  optimizer states sharded: as stage 0, but reduce-scattered into the
+//            rank's shard; each rank steps its shard and the parameters are
+//            all-gathered.
 //   stage 2  + gradients sharded: as soon as backward has produced a bucket's
 //            gradients (autograd post-hooks), they are reduce-scattered into the
 //            rank's fp32 gradient shard and freed, on every micro-batch, in one
@@ -28,6 +29,9 @@
 //            backward; its gradient, begun by the head's backward, is
 //            completed by the lookup's (which needs no weights) and then
 //            reduce-scattered.
+//   Reductions run in the background while backward computes the next bucket
+//   (one in flight; DeepSpeed's overlap_comm, DDP's bucketing) and complete in
+//   launch order, so the sums are those of blocking reductions.
 //   offload  fp32 master weights, Adam moments and gradient shards live in CPU
 //            memory (pinned with CUDA) and AdamW runs there (the fused CPU kernel,
 //            in chunks); parameters are copied back after the step. Stage 3 can
@@ -70,9 +74,10 @@ class ZeroEngine {
   ZeroEngine(const ZeroEngine&) = delete;
   ZeroEngine& operator=(const ZeroEngine&) = delete;
 
-  // One optimizer step: begin_step(); forward/backward of each micro-batch,
-  // each followed by after_backward(); then reduce_grads(); then step().
-  void begin_step();
+  // One optimizer step: begin_step(number of micro-batches); forward/backward
+  // of each micro-batch, each followed by after_backward(); then
+  // reduce_grads(); then step().
+  void begin_step(int64_t micro_batches);
   void after_backward();
   // Reduces what is left, multiplies every gradient by grad_mult (loss-scale
   // and micro-batch factors), returns the global L2 norm (NaN/inf on overflow).
