@@ -18,6 +18,7 @@ APT_PACKAGES=(
   libpsl-dev publicsuffix libcld2-dev
   clang libclang-rt-14-dev
   libgloo-dev nlohmann-json3-dev
+  openmpi-bin
 )
 
 log() { echo "[setup] $*" >&2; }

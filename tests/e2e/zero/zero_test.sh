@@ -13,6 +13,8 @@
 #  4. a checkpoint saved by W ranks resumes on W' (2->3, 4->1, 1->2) and the run
 #     continues as the uninterrupted one did (tolerance of 1);
 #     DeepSpeed's JSON config gives the same run as the flags;
+#     the same runs under torchrun, under Open MPI's mpirun and as two
+#     "nodes" started separately (--nnodes 2 --node-rank N);
 #  5. faults: a rank killed mid-run makes the other exit non-zero with a clear
 #     message (no hang), under our launcher and under torchrun-style env; a
 #     rank that hangs is given up on after --distributed-timeout-minutes;
@@ -78,6 +80,24 @@ if [[ -x $TORCHRUN ]]; then
     { echo "FAIL: under torchrun"; tail -20 torchrun_z2.log; exit 1; }
   grep -q 'launched by torchrun' torchrun_z2.log
   runs+=(torchrun_z2)
+fi
+# Two "nodes" on this host, each started by its own launcher (--nnodes 2 --node-rank N).
+port=$(free_port) nodes=()
+for node in 0 1; do
+  $BIN/pretrain_gpt "${common[@]}" --nnodes 2 --node-rank $node --nproc-per-node 1 --master-addr 127.0.0.1 --master-port $port \
+    --zero-stage 3 --save nodes_z3 > nodes_z3.$node.log 2>&1 &
+  nodes+=($!)
+done
+wait ${nodes[0]} && wait ${nodes[1]} || { echo "FAIL: two nodes"; tail -20 nodes_z3.*.log; exit 1; }
+grep -q 'initialized data parallel with size 2' nodes_z3.0.log
+runs+=(nodes_z3)
+# Under Open MPI's mpirun (Debian's openmpi-bin; scripts/setup.sh installs it).
+if command -v mpirun > /dev/null; then
+  mpirun --allow-run-as-root --oversubscribe -np 3 -x MASTER_PORT=$(free_port) -x OMP_NUM_THREADS \
+    $BIN/pretrain_gpt "${common[@]}" --zero-stage 2 --cpu-offload --save mpirun_z2 > mpirun_z2.log 2>&1 ||
+    { echo "FAIL: under mpirun"; tail -20 mpirun_z2.log; exit 1; }
+  grep -q 'launched by openmpi' mpirun_z2.log
+  runs+=(mpirun_z2)
 fi
 $CMP --rtol 1e-5 --atol 1e-5 ref "${runs[@]}"
 
