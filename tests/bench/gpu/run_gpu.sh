@@ -16,7 +16,8 @@ set -uo pipefail
 cd "$(dirname "$0")/../../.."
 OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT/logs"
-PY=${PY:-python3}
+# The project's .venv where there is one (here); the GPU machine's python3 has torch.
+if [[ -z "${PY:-}" ]]; then PY=python3; [[ -x .venv/bin/python ]] && PY=.venv/bin/python; fi
 PEAK=${PEAK_TFLOPS:-989.4}
 DATA=tests/data/megatron/meg-gpt2-openwebtext_text_document
 VOCAB=tests/data/gpt2/gpt2-vocab.json
