@@ -7,6 +7,8 @@ import sys
 train, valid = [], []
 for line in open(sys.argv[1]):
     m = json.loads(line)
+    if m.get("lm_loss") is None:  # an interval of only skipped (fp16 overflow) steps, or a non-finite loss
+        continue
     if "consumed_samples" in m:
         train.append((m["iteration"], m["lm_loss"]))
     elif m.get("split") == "valid":

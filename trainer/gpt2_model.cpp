@@ -10,16 +10,17 @@ namespace F = torch::nn::functional;
 
 namespace {
 
-// CUDA autocast state, applied for a scope and restored after it.
+// The autocast state of a device type, applied for a scope and restored after it.
 struct AutocastState {
+  c10::DeviceType device = c10::DeviceType::CUDA;
   bool enabled = false;
   at::ScalarType dtype = at::kBFloat16;
-  static AutocastState current() {
-    return {at::autocast::is_autocast_enabled(at::kCUDA), at::autocast::get_autocast_dtype(at::kCUDA)};
+  static AutocastState current(c10::DeviceType device) {
+    return {device, at::autocast::is_autocast_enabled(device), at::autocast::get_autocast_dtype(device)};
   }
   void apply() const {
-    at::autocast::set_autocast_dtype(at::kCUDA, dtype);
-    at::autocast::set_autocast_enabled(at::kCUDA, enabled);
+    at::autocast::set_autocast_dtype(device, dtype);
+    at::autocast::set_autocast_enabled(device, enabled);
   }
 };
 
@@ -36,7 +37,7 @@ torch::Tensor swap_rng_state(const torch::Device& device, const torch::Tensor& s
 
 void save_for_recompute(torch::autograd::AutogradContext* ctx, const torch::Tensor& x) {
   ctx->saved_data["rng"] = swap_rng_state(x.device(), torch::Tensor());
-  AutocastState a = AutocastState::current();
+  AutocastState a = AutocastState::current(x.device().type());
   ctx->saved_data["autocast"] = a.enabled;
   ctx->saved_data["autocast_dtype"] = static_cast<int64_t>(a.dtype);
   ctx->save_for_backward({x});
@@ -45,8 +46,9 @@ void save_for_recompute(torch::autograd::AutogradContext* ctx, const torch::Tens
 std::pair<torch::Tensor, torch::Tensor> recompute(torch::autograd::AutogradContext* ctx, Gpt2BlockImpl* block) {
   torch::Tensor x = ctx->get_saved_variables()[0].detach().requires_grad_(true);
   torch::Tensor rng_now = swap_rng_state(x.device(), ctx->saved_data["rng"].toTensor());
-  const AutocastState autocast_now = AutocastState::current();
-  AutocastState{ctx->saved_data["autocast"].toBool(), static_cast<at::ScalarType>(ctx->saved_data["autocast_dtype"].toInt())}.apply();
+  const AutocastState autocast_now = AutocastState::current(x.device().type());
+  AutocastState{x.device().type(), ctx->saved_data["autocast"].toBool(), static_cast<at::ScalarType>(ctx->saved_data["autocast_dtype"].toInt())}
+      .apply();
   torch::Tensor y;
   {
     torch::AutoGradMode enable(true);

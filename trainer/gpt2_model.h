@@ -23,7 +23,7 @@ class Gpt2BlockImpl;
 // For autograd functions that run a block without autograd in forward and
 // recompute it in backward (activation checkpointing, ZeRO-3).
 // save_for_recompute keeps the input, the RNG state (the dropout masks must be
-// the same) and the CUDA autocast state, which LibTorch keeps per thread while
+// the same) and the autocast state of its device, which LibTorch keeps per thread while
 // backward runs on the autograd engine's threads. recompute reruns `block` on
 // the saved input, which now requires grad, under those states: returns
 // (input, output) with a graph between them.

@@ -325,6 +325,9 @@ Gpt2 load_model(const std::string& dir, int64_t* iteration) {
 
 namespace {
 
+// A number for metrics.jsonl: null where it is not finite (JSON has no NaN).
+std::string json_number(double v) { return std::isfinite(v) ? strprintf("%.9g", v) : "null"; }
+
 // What must be equal on every rank; a difference is refused at start.
 std::string run_fingerprint(const TrainArgs& a, int64_t padded_vocab, const ZeroConfig& z, const std::string& precision) {
   return strprintf("num-layers=%ld hidden-size=%ld num-attention-heads=%ld seq-length=%ld max-position-embeddings=%ld vocab=%ld "
@@ -398,20 +401,27 @@ int train(const TrainArgs& args) {
     if (env.rank == 0) ZLM_LOG_WRN("--distributed-backend nccl needs a GPU; training on CPU with gloo");
     backend = "gloo";
   }
-  if (!cuda && (a.fp16 || a.bf16) && env.rank == 0) ZLM_LOG_WRN("--%s on CPU: training in fp32", a.fp16 ? "fp16" : "bf16");
-  const bool fp16 = cuda && a.fp16;  // on CPU --fp16 falls back to fp32 (warned above)
-  if (fp16) {  // fp16 autocast; fp32 master weights and Adam; Megatron's loss scaling below
-    at::autocast::set_autocast_dtype(at::kCUDA, at::kHalf);
-    at::autocast::set_autocast_enabled(at::kCUDA, true);
+  // Mixed precision is autocast (fp32 master weights and Adam). On CPU, where
+  // half-precision matrix products are mostly emulated (70x slower than fp32
+  // on CPUs without AVX512-BF16/AMX), --fp16/--bf16 fall back to fp32 unless
+  // ZLM_CPU_AUTOCAST=1, which the tests use to run the GPU's mixed-precision
+  // code paths (loss scaling, recomputation under autocast, its weight cache).
+  const char* cpu_autocast_env = std::getenv("ZLM_CPU_AUTOCAST");
+  const bool mixed_ok = cuda || (cpu_autocast_env && std::string(cpu_autocast_env) == "1");
+  const c10::DeviceType autocast_device = cuda ? c10::DeviceType::CUDA : c10::DeviceType::CPU;
+  if (env.rank == 0 && (a.fp16 || a.bf16)) {
+    if (!mixed_ok) ZLM_LOG_WRN("--%s on CPU: training in fp32 (ZLM_CPU_AUTOCAST=1 forces CPU autocast)", a.fp16 ? "fp16" : "bf16");
+    else if (!cuda) ZLM_LOG_WRN("--%s on CPU: CPU autocast (ZLM_CPU_AUTOCAST=1)", a.fp16 ? "fp16" : "bf16");
+  }
+  const bool fp16 = mixed_ok && a.fp16, bf16 = mixed_ok && a.bf16;
+  if (fp16 || bf16) {  // autocast for every forward pass; fp16 also gets Megatron's loss scaling below
+    at::autocast::set_autocast_dtype(autocast_device, fp16 ? at::kHalf : at::kBFloat16);
+    at::autocast::set_autocast_enabled(autocast_device, true);
   }
   LossScaler scaler(a.loss_scale > 0 ? a.loss_scale : a.initial_loss_scale, a.min_loss_scale, a.loss_scale_window, a.hysteresis,
                     a.loss_scale <= 0);
   int64_t skipped_iters = 0, nan_iters = 0;
-  if (cuda && a.bf16) {  // bf16 autocast for every forward pass; master weights and Adam stay fp32
-    at::autocast::set_autocast_dtype(at::kCUDA, at::kBFloat16);
-    at::autocast::set_autocast_enabled(at::kCUDA, true);
-  }
-  const bool autocast = cuda && (fp16 || a.bf16);
+  const bool autocast = fp16 || bf16;
   // Autocast caches the low-precision copy of each weight; the cache is cleared
   // every iteration (the optimizer changes the weights). ZeRO-3 turns it off:
   // cached copies of every block would keep the gathered parameters alive.
@@ -434,7 +444,7 @@ int train(const TrainArgs& args) {
   if (W > 1)
     ZLM_LOG_INF(" > initialized data parallel with size %d (%s backend, launched by %s, rendezvous %s:%d)", W, comm->backend().c_str(),
                 env.launcher.c_str(), env.master_addr.c_str(), env.master_port);
-  check_same_settings(*comm, run_fingerprint(a, padded, zcfg, fp16 ? "fp16" : (cuda && a.bf16) ? "bf16" : "fp32"));
+  check_same_settings(*comm, run_fingerprint(a, padded, zcfg, fp16 ? "fp16" : bf16 ? "bf16" : "fp32"));
 
   // Data: every prefix, three splits.
   std::vector<std::unique_ptr<MegatronReader>> readers;
@@ -555,12 +565,12 @@ int train(const TrainArgs& args) {
                   std::exp(std::min(20.0, v)));
     std::fprintf(stderr, "%s\n%s\n%s\n", dashes(std::strlen(line) + 1).c_str(), line, dashes(std::strlen(line) + 1).c_str());
     if (metrics) *metrics << "{\"iteration\": " << st.iteration << ", \"split\": \"" << (&src == &test_src ? "test" : "valid")
-                          << "\", \"lm_loss\": " << v << ", \"ppl\": " << std::exp(std::min(20.0, v)) << "}" << std::endl;
+                          << "\", \"lm_loss\": " << json_number(v) << ", \"ppl\": " << json_number(std::exp(std::min(20.0, v))) << "}" << std::endl;
   };
 
   model->train();
-  double interval_loss = 0;
-  int64_t interval_iters = 0;
+  double interval_loss = 0;                          // over the iterations that advanced (Megatron)
+  int64_t interval_iters = 0, interval_advanced = 0;  // all iterations, and those not skipped
   auto interval_start = std::chrono::steady_clock::now();
   int64_t valid_consumed = st.consumed_valid;
   while (st.iteration < T) {
@@ -572,7 +582,13 @@ int train(const TrainArgs& args) {
     for (int64_t m = 0; m < micro; ++m) {
       auto [tok, lab] = batch(train_src, st.consumed_train + rank_offset(m), mbs, a.seq_length, device);
       auto loss = model->loss(tok, lab);
-      (loss * (loss_mult / static_cast<double>(micro))).backward();
+      {
+        // Backward outside autocast, as in PyTorch's recipe (on CPU it would
+        // otherwise run under the caller's autocast state).
+        at::autocast::set_autocast_enabled(autocast_device, false);
+        (loss * (loss_mult / static_cast<double>(micro))).backward();
+        at::autocast::set_autocast_enabled(autocast_device, autocast);
+      }
       engine.after_backward();
       loss_sum += loss.item<double>();
     }
@@ -581,7 +597,8 @@ int train(const TrainArgs& args) {
     const bool found_inf = !std::isfinite(grad_norm);
     if (fp16) scaler.update(found_inf);
     const double loss_avg = W > 1 ? all_mean(loss_sum, micro) : loss_sum / static_cast<double>(micro);
-    if (found_inf && fp16) {  // Megatron skips the update and counts it
+    const bool skipped = found_inf && fp16;
+    if (skipped) {  // Megatron skips the update and counts it
       ++skipped_iters;
       nan_iters += !std::isfinite(loss_avg);
     } else {
@@ -590,24 +607,33 @@ int train(const TrainArgs& args) {
     }
     ++st.iteration;
     st.consumed_train += gbs;
-    interval_loss += loss_avg;
+    if (!skipped) {
+      interval_loss += loss_avg;
+      ++interval_advanced;
+    }
     ++interval_iters;
     if ((st.iteration % a.log_interval == 0 || st.iteration == T) && env.rank == 0) {
       double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - interval_start).count() / static_cast<double>(interval_iters);
-      double avg = interval_loss / static_cast<double>(interval_iters);
-      double lr_now = megatron_lr(a, st.iteration);
+      // Megatron: the loss averages the iterations that advanced and is left out
+      // when there were none; the grad norm (of this iteration) only when it stepped.
+      const double avg = interval_loss / static_cast<double>(std::max<int64_t>(1, interval_advanced));
+      const double lr_now = megatron_lr(a, st.iteration);
       std::fprintf(stderr,
                    " iteration %8ld/%8ld | consumed samples: %12ld | consumed tokens: %12ld | elapsed time per iteration (s): %.2f | "
-                   "learning rate: %.3E | global batch size: %5ld | lm loss: %.6E |%s grad norm: %.3f | number of skipped iterations: %3ld | "
+                   "learning rate: %.3E | global batch size: %5ld |%s%s%s number of skipped iterations: %3ld | "
                    "number of nan iterations: %3ld | samples per second: %.3f | TFLOPs: %.2f |\n",
                    (long)st.iteration, (long)T, (long)st.consumed_train, (long)(st.consumed_train * a.seq_length), secs, lr_now,
-                   (long)gbs, avg, fp16 ? strprintf(" loss scale: %.1f |", scaler.scale()).c_str() : "", grad_norm,
-                   (long)skipped_iters, (long)nan_iters, static_cast<double>(gbs) / secs, flops_per_iter / secs / 1e12 / W);
+                   (long)gbs, avg > 0 ? strprintf(" lm loss: %.6E |", avg).c_str() : "",
+                   fp16 ? strprintf(" loss scale: %.1f |", scaler.scale()).c_str() : "",
+                   skipped ? "" : strprintf(" grad norm: %.3f |", grad_norm).c_str(), (long)skipped_iters, (long)nan_iters,
+                   static_cast<double>(gbs) / secs, flops_per_iter / secs / 1e12 / W);
       if (cuda && st.iteration == a.log_interval)  // Megatron reports memory once, after the first interval
         std::fprintf(stderr, "%s\n", cuda_memory_report(env.rank, st.iteration, gpu).c_str());
       if (metrics)
-        *metrics << "{\"iteration\": " << st.iteration << ", \"consumed_samples\": " << st.consumed_train << ", \"lm_loss\": " << std::setprecision(9) << avg
-                 << ", \"lr\": " << lr_now << ", \"grad_norm\": " << grad_norm << ", \"seconds_per_iteration\": " << secs
+        *metrics << "{\"iteration\": " << st.iteration << ", \"consumed_samples\": " << st.consumed_train << std::setprecision(9)
+                 << ", \"lm_loss\": " << (interval_advanced > 0 ? json_number(avg) : "null") << ", \"lr\": " << lr_now
+                 << ", \"grad_norm\": " << (skipped ? "null" : json_number(grad_norm))
+                 << ", \"skipped_iterations\": " << skipped_iters << ", \"seconds_per_iteration\": " << secs
                  << ", \"tflops_per_rank\": " << flops_per_iter / secs / 1e12 / W
                  << ", \"tokens_per_second\": " << static_cast<double>(gbs * a.seq_length) / secs
                  << ", \"peak_device_bytes\": " << (cuda ? cuda_peak_allocated(gpu) : 0) << "}" << std::endl;
@@ -615,7 +641,7 @@ int train(const TrainArgs& args) {
     if (st.iteration % a.log_interval == 0 || st.iteration == T) {
       skipped_iters = nan_iters = 0;
       interval_loss = 0;
-      interval_iters = 0;
+      interval_iters = interval_advanced = 0;
       interval_start = std::chrono::steady_clock::now();
     }
     if (st.iteration % a.eval_interval == 0 && !valid_src.empty()) {

@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# pretrain_gpt's mixed-precision paths (autocast; on the GPU they are the
+# default for --bf16/--fp16), run on CPU with ZLM_CPU_AUTOCAST=1:
+#  1. bf16, one process, dropout on: --checkpoint-activations and ZeRO-3 (which
+#     recompute every block under the forward's saved autocast and RNG state)
+#     give bit for bit the losses and weights of the plain run;
+#  2. bf16, dropout off: 2 ranks at stages 0-3 give the one-process losses
+#     (rtol 1e-4: gradient sums in another order move bf16 roundings), and
+#     stages 2 and 3 are bit for bit equal;
+#  3. fp16 with Megatron's dynamic loss scaling from 2^32: the overflowing
+#     steps are skipped and counted, the scale halves after the hysteresis,
+#     and 2 ranks (ZeRO-1) skip exactly the same steps with the same scale;
+#  4. without ZLM_CPU_AUTOCAST, --bf16 on CPU warns and trains in fp32.
+#   mixed_precision_test.sh SOURCE_DIR BIN_DIR PYTHON
+set -euo pipefail
+SRC=$1 BIN=$2 PY=$3
+DATA=$SRC/tests/data/megatron
+CMP="$PY $SRC/tests/e2e/zero/compare_runs.py"
+W=$(mktemp -d)
+trap 'rm -rf "$W"' EXIT
+cd "$W"
+export OMP_NUM_THREADS=1
+common=(--num-layers 2 --hidden-size 64 --num-attention-heads 4 --micro-batch-size 1 --global-batch-size 4
+        --seq-length 32 --max-position-embeddings 32 --lr 0.003 --lr-warmup-iters 2 --clip-grad 1.0
+        --data-path $DATA/meg-gpt2-openwebtext_text_document --vocab-file $DATA/gpt2-tiny-vocab.json --split 949,50,1
+        --log-interval 1 --eval-interval 5 --eval-iters 1 --seed 1234 --data-cache-path $W/cache --distributed-backend gloo)
+run() {  # run NAME ARGS...
+  local name=$1
+  shift
+  ZLM_CPU_AUTOCAST=1 $BIN/pretrain_gpt "${common[@]}" --save "$name" "$@" > "$name.log" 2>&1 ||
+    { echo "FAIL: $name ($*)"; tail -20 "$name.log"; exit 1; }
+}
+
+# 1. recomputation under bf16 autocast, with dropout.
+run bf16 --train-iters 8 --bf16
+grep -q -- '--bf16 on CPU: CPU autocast' bf16.log
+run bf16_ckpt --train-iters 8 --bf16 --checkpoint-activations
+run bf16_z3 --train-iters 8 --bf16 --zero-stage 3
+$CMP --rtol 0 --atol 0 bf16 bf16_ckpt bf16_z3
+run fp32 --train-iters 8
+if $CMP --losses-only --rtol 1e-6 --atol 0 fp32 bf16 > /dev/null; then echo "FAIL: bf16 gave the fp32 losses (autocast not on?)"; exit 1; fi
+
+# 2. bf16 across ranks (no dropout: each rank draws its own masks).
+nodrop=(--train-iters 8 --bf16 --hidden-dropout 0 --attention-dropout 0)
+run bf16_w1 "${nodrop[@]}"
+for stage in 0 1 2 3; do run bf16_w2_z$stage "${nodrop[@]}" --nproc-per-node 2 --zero-stage $stage; done
+$CMP --losses-only --rtol 1e-4 --atol 0 bf16_w1 bf16_w2_z0 bf16_w2_z1 bf16_w2_z2 bf16_w2_z3
+$CMP --rtol 0 --atol 0 bf16_w2_z2 bf16_w2_z3
+
+# 3. fp16 and dynamic loss scaling.
+fp16=(--train-iters 18 --fp16 --hidden-dropout 0 --attention-dropout 0)
+run fp16_w1 "${fp16[@]}"
+run fp16_w2 "${fp16[@]}" --nproc-per-node 2 --zero-stage 1
+schedule() {  # per iteration: loss scale and skipped count, from the log lines
+  grep '^ iteration ' "$1" | sed 's/.*loss scale: \([0-9.E+-]*\).*skipped iterations: *\([0-9]*\).*/\1 \2/'
+}
+schedule fp16_w1.log > s1
+schedule fp16_w2.log > s2
+cmp s1 s2 || { echo "FAIL: 2 ranks skipped other steps than 1"; paste s1 s2; exit 1; }
+$PY - s1 <<'PYEOF'
+import sys
+rows = [tuple(map(float, l.split())) for l in open(sys.argv[1])]
+scales = [r[0] for r in rows]
+skipped = [int(r[1]) for r in rows]
+assert scales[0] == 2.0 ** 32, scales              # Megatron's initial scale; hysteresis 2 keeps it once
+assert scales[1] == 2.0 ** 31, scales
+assert skipped[0] == 1 and sum(skipped) >= 3, skipped   # 2^32 overflows fp16 gradients
+assert 0 in skipped and skipped[-1] == 0, skipped        # and a lower scale trains
+assert all(b <= a for a, b in zip(scales, scales[1:])), scales
+print(f"ok   fp16: {sum(skipped)} of {len(rows)} steps skipped, loss scale 2^32 -> 2^{len(bin(int(scales[-1]))) - 3}")
+PYEOF
+$CMP --losses-only --rtol 1e-4 --atol 0 fp16_w1 fp16_w2
+
+# 4. the default on CPU: fp32, with a warning.
+$BIN/pretrain_gpt "${common[@]}" --train-iters 8 --bf16 --save bf16_off > bf16_off.log 2>&1
+grep -q -- '--bf16 on CPU: training in fp32' bf16_off.log
+$CMP --rtol 0 --atol 0 fp32 bf16_off
+echo "ok: mixed precision"
