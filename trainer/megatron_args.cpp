@@ -166,6 +166,11 @@ TrainArgs parse_megatron_args(int argc, const char* const* argv, std::string* he
       if (help) {
         std::string text = "pretrain_gpt: train GPT-2 on Megatron .bin/.idx data with Megatron-LM's pretrain_gpt.py flags.\n\n";
         for (const auto& [flag, spec] : table) text += "  " + flag + (spec.kind == Spec::Flag ? "" : " VALUE") + "\n      " + spec.help + "\n";
+        text +=
+            "\nEnvironment:\n"
+            "  RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT (torchrun), SLURM_PROCID/SLURM_NTASKS/... (srun),\n"
+            "  OMPI_COMM_WORLD_* (Open MPI), PMI_* (MPICH): this process is one rank of a data-parallel run\n"
+            "  ZLM_CPU_AUTOCAST=1: --bf16/--fp16 on CPU use CPU autocast instead of falling back to fp32\n";
         *help = text;
       }
       return a;
