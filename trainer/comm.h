@@ -4,9 +4,10 @@
 //   CPU tensors   -> c10d's Gloo backend from the LibTorch wheel (loopback or TCP);
 //   CUDA tensors  -> c10d's NCCL backend.
 // Rendezvous is a c10d TCPStore at MASTER_ADDR:MASTER_PORT (rank 0 serves it,
-// or torchrun's agent does). Every call blocks until the collective finished
-// and turns a failure (a dead peer, a timeout) into zlm::Error naming the
-// operation and this rank, so no rank hangs when another dies.
+// or torchrun's agent does). Every blocking call, and wait() of the *_async
+// ones, returns when the collective finished and turns a failure (a dead peer,
+// a timeout) into zlm::Error naming the operation and this rank, so no rank
+// hangs when another dies.
 //
 //   auto comm = make_comm(dist_env_from_process(), "gloo", /*gpu=*/-1, std::chrono::minutes(10));
 //   comm->all_reduce_sum(t);                // in place, every rank gets the sum

@@ -121,7 +121,7 @@ DeepSpeedSettings apply_deepspeed_config(TrainArgs& a, const std::string& path, 
               "stage3_gather_fp16_weights_on_model_save", "cpu_offload_params", "cpu_offload_use_pin_memory",
               "ignore_unused_parameters", "use_multi_rank_bucket_allreduce"},
              "zerolm buckets by transformer block (one bucket = one block's parameters), reduces into contiguous "
-             "buffers, keeps the embeddings and final LayerNorm gathered in stage 3, and saves full fp32 tensors");
+             "buffers, gathers stage 3 parameters one bucket ahead (the embeddings and final LayerNorm are a bucket too), and saves full fp32 tensors");
       if (z.contains("stage")) {
         int64_t s = r.integer(z, w, "stage");
         if (s < 0 || s > 3) r.fail(w + ".stage", "must be 0, 1, 2 or 3");
