@@ -168,6 +168,10 @@ class C10dComm final : public Comm {
     } catch (const std::exception& e) {
       std::string what = e.what();
       if (auto nl = what.find('\n'); nl != std::string::npos) what.resize(nl);
+      // Two clocks can expire first on a silent rank, c10d's wait ("Operation timed out") or the transport's own
+      // ("Timed out waiting ..."); either way the user wants to know which limit it was.
+      if (what.find("imed out") != std::string::npos)
+        what += strprintf(" (no answer within --distributed-timeout-minutes %g)", static_cast<double>(timeout_.count()) / 60000.0);
       throw Error(ErrorKind::Io, "%s among %d ranks failed: %s ---> HINT: another rank died or timed out; see its log", op, world_,
                   what.c_str());
     }
