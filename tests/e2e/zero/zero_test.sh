@@ -147,7 +147,7 @@ $CMP --rtol 1e-5 --atol 1e-5 ref re_2_3 re_4_1 re_1_2
 long=("${common[@]}" --train-iters 100000 --eval-interval 100000)
 $BIN/pretrain_gpt "${long[@]}" --nproc-per-node 2 > kill_launcher.log 2>&1 &
 launcher=$!
-for _ in $(seq 100); do grep -q ' iteration ' kill_launcher.log && break; sleep 0.1; done
+for _ in $(seq 600); do grep -q ' iteration ' kill_launcher.log && break; sleep 0.1; done
 children_of() {  # PIDs whose parent is $1, from /proc (no procps needed)
   local f pid comm state ppid
   for f in /proc/[0-9]*/stat; do
@@ -168,7 +168,7 @@ RANK=0 WORLD_SIZE=2 LOCAL_RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port $BIN/pr
 r0=$!
 RANK=1 WORLD_SIZE=2 LOCAL_RANK=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port $BIN/pretrain_gpt "${long[@]}" > r1.log 2>&1 &
 r1=$!
-for _ in $(seq 100); do grep -q ' iteration ' r0.log && break; sleep 0.1; done
+for _ in $(seq 600); do grep -q ' iteration ' r0.log && break; sleep 0.1; done
 kill -9 $r1
 start=$SECONDS
 if wait $r0; then echo "FAIL: rank 0 exited 0 after rank 1 was killed"; exit 1; fi
@@ -181,7 +181,7 @@ RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port $BIN/pretrain_gpt "$
 h0=$!
 RANK=1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port $BIN/pretrain_gpt "${long[@]}" --distributed-timeout-minutes 0.1 > h1.log 2>&1 &
 h1=$!
-for _ in $(seq 100); do grep -q ' iteration ' h0.log && break; sleep 0.1; done
+for _ in $(seq 600); do grep -q ' iteration ' h0.log && break; sleep 0.1; done
 kill -STOP $h1
 start=$SECONDS
 if wait $h0; then echo "FAIL: rank 0 exited 0 while rank 1 hung"; exit 1; fi
