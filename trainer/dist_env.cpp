@@ -38,15 +38,46 @@ std::string slurm_first_host(const std::string& nodelist) {
       break;
     }
   }
-  std::string first = nodelist.substr(0, end);
+  const std::string first = nodelist.substr(0, end);
   if (first.empty()) throw Error(ErrorKind::Usage, "SLURM_JOB_NODELIST '%s' names no host", nodelist.c_str());
-  size_t open = first.find('[');
-  if (open == std::string::npos) return first;
-  size_t close = first.find(']', open);
-  if (close == std::string::npos) throw Error(ErrorKind::Usage, "SLURM_JOB_NODELIST '%s': unbalanced '['", nodelist.c_str());
-  std::string range = first.substr(open + 1, close - open - 1);
-  std::string lo = range.substr(0, range.find_first_of(",-"));
-  return first.substr(0, open) + lo + first.substr(close + 1);
+  // Every bracketed range contributes its first value ("rack[3-4]-n[1-2]" -> "rack3-n1").
+  std::string host;
+  for (size_t i = 0; i < first.size();) {
+    size_t open = first.find('[', i);
+    if (open == std::string::npos) {
+      host += first.substr(i);
+      break;
+    }
+    size_t close = first.find(']', open);
+    if (close == std::string::npos) throw Error(ErrorKind::Usage, "SLURM_JOB_NODELIST '%s': unbalanced '['", nodelist.c_str());
+    std::string range = first.substr(open + 1, close - open - 1);
+    host += first.substr(i, open - i) + range.substr(0, range.find_first_of(",-"));
+    i = close + 1;
+  }
+  return host;
+}
+
+int slurm_tasks_on_node(const std::string& list, int node) {
+  // "2(x3),1": 2 tasks on each of nodes 0-2, 1 on node 3.
+  auto bad = [&]() { return Error(ErrorKind::Usage, "Slurm tasks-per-node list '%s' is malformed", list.c_str()); };
+  int seen = 0;
+  for (size_t i = 0; i < list.size();) {
+    size_t end = list.find(',', i);
+    if (end == std::string::npos) end = list.size();
+    const std::string item = list.substr(i, end - i);
+    int tasks = 0, repeat = 1;
+    auto [p, ec] = std::from_chars(item.data(), item.data() + item.size(), tasks);
+    if (ec != std::errc() || tasks < 1) throw bad();
+    if (p != item.data() + item.size()) {
+      if (item.size() < 4 || item.compare(static_cast<size_t>(p - item.data()), 2, "(x") != 0 || item.back() != ')') throw bad();
+      auto [q, ec2] = std::from_chars(p + 2, item.data() + item.size() - 1, repeat);
+      if (ec2 != std::errc() || q != item.data() + item.size() - 1 || repeat < 1) throw bad();
+    }
+    if (node < seen + repeat) return tasks;
+    seen += repeat;
+    i = end + 1;
+  }
+  throw Error(ErrorKind::Usage, "Slurm tasks-per-node list '%s' has no entry for node %d (SLURM_NODEID)", list.c_str(), node);
 }
 
 DistEnv dist_env_from(const GetEnv& getenv) {
@@ -65,9 +96,19 @@ DistEnv dist_env_from(const GetEnv& getenv) {
     e.rank = env_int(getenv, "SLURM_PROCID", 0);
     e.world_size = env_int(getenv, "SLURM_NTASKS", 1);
     e.local_rank = env_int(getenv, "SLURM_LOCALID", 0);
-    // SLURM_NTASKS_PER_NODE may read "4" or "4(x2)"; the leading number is what we need.
-    std::string per_node = env_str(getenv, "SLURM_NTASKS_PER_NODE");
-    e.local_world_size = per_node.empty() ? e.world_size : std::atoi(per_node.c_str());
+    // Tasks on this node: srun's per-step list, else the job's (both "2(x3),1",
+    // indexed by SLURM_NODEID), else --ntasks-per-node, else one node's worth.
+    const int node = env_int(getenv, "SLURM_NODEID", 0);
+    std::string per_node = env_str(getenv, "SLURM_STEP_TASKS_PER_NODE");
+    if (per_node.empty()) per_node = env_str(getenv, "SLURM_TASKS_PER_NODE");
+    if (!per_node.empty()) {
+      e.local_world_size = slurm_tasks_on_node(per_node, node);
+    } else if (getenv("SLURM_NTASKS_PER_NODE")) {
+      e.local_world_size = env_int(getenv, "SLURM_NTASKS_PER_NODE", 1);
+    } else {
+      int nodes = env_int(getenv, "SLURM_STEP_NUM_NODES", env_int(getenv, "SLURM_NNODES", 1));
+      e.local_world_size = nodes <= 1 ? e.world_size : (e.world_size + nodes - 1) / nodes;
+    }
     if (!getenv("MASTER_ADDR")) {
       std::string nodes = env_str(getenv, "SLURM_JOB_NODELIST");
       if (nodes.empty()) nodes = env_str(getenv, "SLURM_NODELIST");

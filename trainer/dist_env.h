@@ -3,7 +3,9 @@
 //   torchrun / deepspeed / our --nproc-per-node: RANK, WORLD_SIZE, LOCAL_RANK,
 //       LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT (TORCHELASTIC_USE_AGENT_STORE:
 //       the agent already serves the store, every rank is a client)
-//   Slurm (srun): SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, SLURM_NTASKS_PER_NODE;
+//   Slurm (srun): SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID; the tasks on this
+//       node from SLURM_STEP_TASKS_PER_NODE / SLURM_TASKS_PER_NODE at SLURM_NODEID
+//       (else SLURM_NTASKS_PER_NODE, else SLURM_STEP_NUM_NODES / SLURM_NNODES);
 //       MASTER_ADDR, else the first host of SLURM_JOB_NODELIST
 //   Open MPI (mpirun): OMPI_COMM_WORLD_RANK, _SIZE, _LOCAL_RANK, _LOCAL_SIZE;
 //       MPICH / Intel MPI: PMI_RANK, PMI_SIZE, MPI_LOCALRANKID
@@ -34,5 +36,7 @@ DistEnv dist_env_from_process();
 
 // "node[03-05,07],gpu1" -> "node03"; "a,b" -> "a". Throws on an empty list.
 std::string slurm_first_host(const std::string& nodelist);
+// Slurm's tasks-per-node list ("2(x3),1") at node index `node` (0-based).
+int slurm_tasks_on_node(const std::string& list, int node);
 
 }  // namespace zlm::trainer

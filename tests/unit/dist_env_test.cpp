@@ -41,7 +41,7 @@ TEST(DistEnv, Torchrun) {
 }
 
 TEST(DistEnv, SlurmTakesTheFirstNodeAsMaster) {
-  DistEnv e = from({{"SLURM_PROCID", "3"}, {"SLURM_NTASKS", "16"}, {"SLURM_LOCALID", "3"}, {"SLURM_NTASKS_PER_NODE", "8(x2)"},
+  DistEnv e = from({{"SLURM_PROCID", "3"}, {"SLURM_NTASKS", "16"}, {"SLURM_LOCALID", "3"}, {"SLURM_NTASKS_PER_NODE", "8"},
                     {"SLURM_JOB_NODELIST", "gpu[012-013,020],login1"}});
   EXPECT_EQ(e.launcher, "slurm");
   EXPECT_EQ(e.rank, 3);
@@ -56,9 +56,32 @@ TEST(DistEnv, SlurmTakesTheFirstNodeAsMaster) {
 TEST(DistEnv, SlurmNodelistForms) {
   EXPECT_EQ(slurm_first_host("node01"), "node01");
   EXPECT_EQ(slurm_first_host("a,b"), "a");
-  EXPECT_EQ(slurm_first_host("rack[3-4]-n[1-2]"), "rack3-n[1-2]");
+  EXPECT_EQ(slurm_first_host("rack[3-4]-n[1-2]"), "rack3-n1");
   EXPECT_EQ(slurm_first_host("n[7]"), "n7");
   EXPECT_ZLM_ERROR(slurm_first_host(""), ErrorKind::Usage, "names no host");
+}
+
+TEST(DistEnv, SlurmTasksOnThisNode) {
+  // What srun sets for "-N 3 -n 5" (2+2+1 tasks): the step's list, indexed by the node.
+  auto srun = [](const char* procid, const char* nodeid) {
+    return from({{"SLURM_PROCID", procid}, {"SLURM_NTASKS", "5"}, {"SLURM_LOCALID", "0"}, {"SLURM_NODEID", nodeid},
+                 {"SLURM_STEP_TASKS_PER_NODE", "2(x2),1"}, {"SLURM_TASKS_PER_NODE", "4(x3)"}, {"SLURM_STEP_NUM_NODES", "3"},
+                 {"SLURM_JOB_NODELIST", "n[1-3]"}});
+  };
+  EXPECT_EQ(srun("0", "0").local_world_size, 2);
+  EXPECT_EQ(srun("3", "1").local_world_size, 2);
+  EXPECT_EQ(srun("4", "2").local_world_size, 1);
+  // Without the lists: the node count says whether this is one host (the sbatch
+  // environment before srun, or an old Slurm).
+  DistEnv two = from({{"SLURM_PROCID", "1"}, {"SLURM_NTASKS", "4"}, {"SLURM_LOCALID", "1"}, {"SLURM_NNODES", "2"},
+                      {"SLURM_JOB_NODELIST", "a,b"}});
+  EXPECT_EQ(two.local_world_size, 2);
+  EXPECT_EQ(from({{"SLURM_PROCID", "1"}, {"SLURM_NTASKS", "4"}}).local_world_size, 4);
+  EXPECT_EQ(slurm_tasks_on_node("8", 0), 8);
+  EXPECT_EQ(slurm_tasks_on_node("3(x2),1(x1)", 2), 1);
+  EXPECT_ZLM_ERROR(slurm_tasks_on_node("2(x2)", 2), ErrorKind::Usage, "has no entry for node 2");
+  EXPECT_ZLM_ERROR(slurm_tasks_on_node("2(y2)", 0), ErrorKind::Usage, "'2(y2)' is malformed");
+  EXPECT_ZLM_ERROR(slurm_tasks_on_node("", 0), ErrorKind::Usage, "no entry for node 0");
 }
 
 TEST(DistEnv, OpenMpiOnOneHostNeedsNoMasterAddr) {

@@ -13,8 +13,9 @@
 #  4. a checkpoint saved by W ranks resumes on W' (2->3, 4->1, 1->2) and the run
 #     continues as the uninterrupted one did (tolerance of 1);
 #     DeepSpeed's JSON config gives the same run as the flags;
-#     the same runs under torchrun, under Open MPI's mpirun and as two
-#     "nodes" started separately (--nnodes 2 --node-rank N);
+#     the same runs under torchrun, under Open MPI's mpirun, as two
+#     "nodes" started separately (--nnodes 2 --node-rank N) and as two
+#     Slurm "nodes" (the environment srun sets, by hand: no Slurm here);
 #  5. faults: a rank killed mid-run makes the other exit non-zero with a clear
 #     message (no hang), under our launcher and under torchrun-style env; a
 #     rank that hangs is given up on after --distributed-timeout-minutes;
@@ -91,6 +92,19 @@ done
 wait ${nodes[0]} && wait ${nodes[1]} || { echo "FAIL: two nodes"; tail -20 nodes_z3.*.log; exit 1; }
 grep -q 'initialized data parallel with size 2' nodes_z3.0.log
 runs+=(nodes_z3)
+# Two Slurm "nodes": each rank gets the environment srun -N 2 -n 2 sets (no MASTER_ADDR:
+# rank 0's host is the first of SLURM_JOB_NODELIST; the tasks on a node come from
+# SLURM_STEP_TASKS_PER_NODE at SLURM_NODEID, so the ranks leave loopback as on a cluster).
+port=$(free_port) nodes=()
+for node in 0 1; do
+  env -u MASTER_ADDR SLURM_PROCID=$node SLURM_NTASKS=2 SLURM_LOCALID=0 SLURM_NODEID=$node SLURM_STEP_NUM_NODES=2 \
+    SLURM_STEP_TASKS_PER_NODE='1(x2)' SLURM_TASKS_PER_NODE='1(x2)' SLURM_JOB_NODELIST=localhost,worker2 MASTER_PORT=$port \
+    $BIN/pretrain_gpt "${common[@]}" --zero-stage 1 --save slurm_z1 > slurm_z1.$node.log 2>&1 &
+  nodes+=($!)
+done
+wait ${nodes[0]} && wait ${nodes[1]} || { echo "FAIL: Slurm environment"; tail -20 slurm_z1.*.log; exit 1; }
+grep -q 'initialized data parallel with size 2 (gloo backend, launched by slurm, rendezvous localhost:' slurm_z1.0.log
+runs+=(slurm_z1)
 # Under Open MPI's mpirun (Debian's openmpi-bin; scripts/setup.sh installs it).
 if command -v mpirun > /dev/null; then
   mpirun --allow-run-as-root --oversubscribe -np 3 -x MASTER_PORT=$(free_port) -x OMP_NUM_THREADS \
