@@ -19,6 +19,7 @@ APT_PACKAGES=(
   clang libclang-rt-14-dev
   libgloo-dev nlohmann-json3-dev
   openmpi-bin
+  slurmd slurmctld slurm-client munge
 )
 
 log() { echo "[setup] $*" >&2; }

@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# pretrain_gpt under real Slurm: starts a private one-node cluster (munged,
+# slurmctld and slurmd from Debian's Slurm packages, run as root with their
+# configuration, sockets, ports and state in a temporary directory), then
+#   srun -N 1 -n 2  ... --zero-stage 2             (rank and world from srun,
+#                                                   rendezvous on the nodelist's host)
+#   srun -N 1 -n 3  ... --zero-stage 3 --cpu-offload (padding, offload)
+#   salloc -n 2 + srun inside the allocation          (the batch-job way)
+# and compares losses and weights with one process (rtol 1e-5, as the zero test).
+# The node claims 4 CPUs whatever the machine has (config_overrides).
+# Exits 77 (skipped) without the Slurm binaries or without root.
+#   slurm_test.sh SOURCE_DIR BIN_DIR PYTHON
+set -euo pipefail
+SRC=$1 BIN=$2 PY=$3
+for tool in munged mungekey slurmctld slurmd srun salloc sinfo; do
+  command -v $tool > /dev/null || { echo "skipped: $tool is not installed (scripts/setup.sh installs Slurm)"; exit 77; }
+done
+[[ $(id -u) == 0 ]] || { echo "skipped: a private Slurm cluster needs root"; exit 77; }
+DATA=$SRC/tests/data/megatron
+W=$(mktemp -d)
+chmod 755 "$W"
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  rm -rf "$W"
+}
+trap cleanup EXIT
+cd "$W"
+free_port() { $PY -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+fail() {
+  echo "FAIL: $*"
+  for f in munged.log slurmctld.log slurmd.log; do [[ -f $f ]] && { echo "--- $f"; tail -15 $f; }; done
+  exit 1
+}
+
+# munge: its own key and socket (nothing of the host's is touched).
+mkdir -p munge && chmod 700 munge
+mungekey --create --keyfile munge/munge.key > /dev/null 2>&1 || fail "mungekey"
+munged --force --foreground --key-file munge/munge.key --socket "$W/munge/socket" --pid-file munge/munged.pid \
+  --seed-file munge/seed --log-file "$W/munged.log" > /dev/null 2>&1 &
+pids+=($!)
+
+host=$(hostname -s)
+mkdir -p ctld d
+cat > slurm.conf <<EOF
+ClusterName=zlmtest
+SlurmctldHost=$host(127.0.0.1)
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+AuthInfo=socket=$W/munge/socket
+CredType=cred/munge
+SlurmctldPort=$(free_port)
+SlurmdPort=$(free_port)
+SlurmctldPidFile=$W/slurmctld.pid
+SlurmdPidFile=$W/slurmd.pid
+StateSaveLocation=$W/ctld
+SlurmdSpoolDir=$W/d
+SlurmctldLogFile=$W/slurmctld.log
+SlurmdLogFile=$W/slurmd.log
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+SchedulerType=sched/builtin
+SelectType=select/cons_tres
+SelectTypeParameters=CR_CPU
+ReturnToService=2
+MpiDefault=none
+SlurmdParameters=config_overrides
+NodeName=$host NodeAddr=127.0.0.1 CPUs=4 State=UNKNOWN
+PartitionName=test Nodes=$host Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:4
+EOF
+export SLURM_CONF=$W/slurm.conf
+for _ in $(seq 100); do [[ -S munge/socket ]] && break; sleep 0.1; done
+slurmctld -D -i > /dev/null 2>&1 &
+pids+=($!)
+sleep 1
+slurmd -D -N "$host" > /dev/null 2>&1 &
+pids+=($!)
+up=0
+for _ in $(seq 60); do
+  [[ "$(sinfo -h -o %t 2>/dev/null)" == idle ]] && { up=1; break; }
+  sleep 0.5
+done
+((up)) || fail "the private Slurm cluster did not come up: $(sinfo -h 2>&1)"
+
+export OMP_NUM_THREADS=1
+common=(--num-layers 2 --hidden-size 64 --num-attention-heads 4 --micro-batch-size 1 --global-batch-size 12
+        --seq-length 32 --max-position-embeddings 32 --train-iters 10 --lr 0.003 --lr-decay-style cosine --min-lr 0.0003
+        --lr-warmup-iters 3 --weight-decay 0.01 --clip-grad 0.5 --data-path $DATA/meg-gpt2-openwebtext_text_document
+        --vocab-file $DATA/gpt2-tiny-vocab.json --split 949,50,1 --log-interval 1 --eval-interval 5 --eval-iters 1
+        --hidden-dropout 0 --attention-dropout 0 --seed 1234 --data-cache-path $W/cache --distributed-backend gloo)
+$BIN/pretrain_gpt "${common[@]}" --save ref > ref.log 2>&1 || { tail ref.log; exit 1; }
+
+# No MASTER_ADDR: rank 0's host is the first of SLURM_JOB_NODELIST.
+MASTER_PORT=$(free_port) timeout 120 srun -N 1 -n 2 $BIN/pretrain_gpt "${common[@]}" --zero-stage 2 --save srun_z2 > srun_z2.log 2>&1 ||
+  { tail -20 srun_z2.log; fail "srun -n 2"; }
+grep -q "initialized data parallel with size 2 (gloo backend, launched by slurm, rendezvous $host:" srun_z2.log ||
+  { cat srun_z2.log; fail "srun -n 2 did not start 2 ranks under Slurm"; }
+MASTER_PORT=$(free_port) timeout 120 srun -N 1 -n 3 $BIN/pretrain_gpt "${common[@]}" --zero-stage 3 --cpu-offload --save srun_z3 > srun_z3.log 2>&1 ||
+  { tail -20 srun_z3.log; fail "srun -n 3"; }
+grep -q 'initialized data parallel with size 3' srun_z3.log
+# A job step inside an allocation (what an sbatch script does).
+MASTER_PORT=$(free_port) timeout 120 salloc -N 1 -n 2 srun $BIN/pretrain_gpt "${common[@]}" --zero-stage 1 --save salloc_z1 > salloc_z1.log 2>&1 ||
+  { tail -20 salloc_z1.log; fail "salloc + srun"; }
+grep -q 'initialized data parallel with size 2' salloc_z1.log
+$PY "$SRC/tests/e2e/zero/compare_runs.py" --rtol 1e-5 --atol 1e-5 ref srun_z2 srun_z3 salloc_z1
+echo "slurm ok"
