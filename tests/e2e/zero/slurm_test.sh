@@ -27,7 +27,7 @@ cleanup() {
 }
 trap cleanup EXIT
 cd "$W"
-free_port() { $PY -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+source "$SRC/tests/e2e/zero/common.sh"
 fail() {
   echo "FAIL: $*"
   for f in munged.log slurmctld.log slurmd.log; do [[ -f $f ]] && { echo "--- $f"; tail -15 $f; }; done
@@ -85,12 +85,6 @@ for _ in $(seq 60); do
 done
 ((up)) || fail "the private Slurm cluster did not come up: $(sinfo -h 2>&1)"
 
-export OMP_NUM_THREADS=1
-common=(--num-layers 2 --hidden-size 64 --num-attention-heads 4 --micro-batch-size 1 --global-batch-size 12
-        --seq-length 32 --max-position-embeddings 32 --train-iters 10 --lr 0.003 --lr-decay-style cosine --min-lr 0.0003
-        --lr-warmup-iters 3 --weight-decay 0.01 --clip-grad 0.5 --data-path $DATA/meg-gpt2-openwebtext_text_document
-        --vocab-file $DATA/gpt2-tiny-vocab.json --split 949,50,1 --log-interval 1 --eval-interval 5 --eval-iters 1
-        --hidden-dropout 0 --attention-dropout 0 --seed 1234 --data-cache-path $W/cache --distributed-backend gloo)
 $BIN/pretrain_gpt "${common[@]}" --save ref > ref.log 2>&1 || { tail ref.log; exit 1; }
 
 # No MASTER_ADDR: rank 0's host is the first of SLURM_JOB_NODELIST.

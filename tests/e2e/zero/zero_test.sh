@@ -28,12 +28,7 @@ CMP="$PY $SRC/tests/e2e/zero/compare_runs.py"
 W=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$W"' EXIT
 cd "$W"
-export OMP_NUM_THREADS=1
-common=(--num-layers 2 --hidden-size 64 --num-attention-heads 4 --micro-batch-size 1 --global-batch-size 12
-        --seq-length 32 --max-position-embeddings 32 --train-iters 10 --lr 0.003 --lr-decay-style cosine --min-lr 0.0003
-        --lr-warmup-iters 3 --weight-decay 0.01 --clip-grad 0.5 --data-path $DATA/meg-gpt2-openwebtext_text_document
-        --vocab-file $DATA/gpt2-tiny-vocab.json --split 949,50,1 --log-interval 1 --eval-interval 5 --eval-iters 1
-        --hidden-dropout 0 --attention-dropout 0 --seed 1234 --data-cache-path $W/cache --distributed-backend gloo)
+source "$SRC/tests/e2e/zero/common.sh"
 run() {  # run NAME WORLD ARGS...
   local name=$1 world=$2
   shift 2
@@ -41,7 +36,6 @@ run() {  # run NAME WORLD ARGS...
     echo "FAIL: $name ($world ranks $*)"; tail -20 "$name.log"; exit 1
   fi
 }
-free_port() { $PY -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 
 # The reference: one process, no launcher.
 $BIN/pretrain_gpt "${common[@]}" --save ref > ref.log 2>&1 || { tail ref.log; exit 1; }
