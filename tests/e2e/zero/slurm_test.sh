@@ -87,10 +87,16 @@ done
 
 $BIN/pretrain_gpt "${common[@]}" --save ref > ref.log 2>&1 || { tail ref.log; exit 1; }
 
-# No MASTER_ADDR: rank 0's host is the first of SLURM_JOB_NODELIST.
+# No MASTER_ADDR: rank 0's host is the first of SLURM_JOB_NODELIST (unless this
+# machine cannot resolve its own name, where the job script would set it).
+rdv=$host
+if ! getent hosts "$host" > /dev/null; then
+  echo "note: $host does not resolve; MASTER_ADDR=127.0.0.1 as a job script would set it"
+  export MASTER_ADDR=127.0.0.1 rdv=127.0.0.1
+fi
 MASTER_PORT=$(free_port) timeout 120 srun -N 1 -n 2 $BIN/pretrain_gpt "${common[@]}" --zero-stage 2 --save srun_z2 > srun_z2.log 2>&1 ||
   { tail -20 srun_z2.log; fail "srun -n 2"; }
-grep -q "initialized data parallel with size 2 (gloo backend, launched by slurm, rendezvous $host:" srun_z2.log ||
+grep -q "initialized data parallel with size 2 (gloo backend, launched by slurm, rendezvous $rdv:" srun_z2.log ||
   { cat srun_z2.log; fail "srun -n 2 did not start 2 ranks under Slurm"; }
 MASTER_PORT=$(free_port) timeout 120 srun -N 1 -n 3 $BIN/pretrain_gpt "${common[@]}" --zero-stage 3 --cpu-offload --save srun_z3 > srun_z3.log 2>&1 ||
   { tail -20 srun_z3.log; fail "srun -n 3"; }
