@@ -31,8 +31,8 @@ test-all: build
 demo: build
 	@scripts/demo.sh
 
-bench: setup
-	@cmake -S . -B $(BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=Release -DZLM_BUILD_BENCHMARKS=ON >/dev/null
+bench: configure
+	@cmake -S . -B $(BUILD_DIR) -DZLM_BUILD_BENCHMARKS=ON >/dev/null
 	@cmake --build $(BUILD_DIR) -j $(JOBS)
 	@for b in tests/bench/bench_*.sh; do echo "== $$b"; $$b || exit 1; done
 

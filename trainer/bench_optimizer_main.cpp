@@ -1,0 +1,87 @@
+// zlm_bench_optimizer: seconds per optimizer step of the ZeRO engine on one
+// rank (the part of a step that DeepSpeed's users of CPU offload see dominate:
+// anchors.md, complaint 7), for a GPT-2 of the given shape. Each iteration runs
+// one tiny forward/backward (untimed, so that the gradients come from the
+// engine's own hooks), then times reduce_grads() + step(): the gradient norm,
+// clipping and AdamW over every parameter, and with --offload the copies to and
+// from the CPU master weights. Prints one JSON line.
+//   zlm_bench_optimizer --layers 12 --hidden 1024 --iters 5 [--offload] [--device cuda]
+#include <torch/torch.h>
+
+#include <chrono>
+#include <cstdio>
+#include <string>
+
+#include "common/error.h"
+#include "trainer/comm.h"
+#include "trainer/dist_env.h"
+#include "trainer/gpt2_model.h"
+#include "trainer/zero.h"
+
+namespace {
+
+int run(int argc, char** argv) {
+  using namespace zlm::trainer;
+  int64_t layers = 12, hidden = 1024, heads = 16, vocab = 50304, iters = 5;
+  bool offload = false;
+  std::string device_name = "cpu";
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto next = [&]() -> std::string {
+      if (i + 1 >= argc) throw zlm::Error(zlm::ErrorKind::Usage, "%s needs a value", a.c_str());
+      return argv[++i];
+    };
+    if (a == "--layers") layers = std::stoll(next());
+    else if (a == "--hidden") hidden = std::stoll(next());
+    else if (a == "--heads") heads = std::stoll(next());
+    else if (a == "--vocab") vocab = std::stoll(next());
+    else if (a == "--iters") iters = std::stoll(next());
+    else if (a == "--offload") offload = true;
+    else if (a == "--device") device_name = next();
+    else if (a == "--help") {
+      std::puts("zlm_bench_optimizer --layers L --hidden H [--heads N] [--vocab V] [--iters N] [--offload] [--device cpu|cuda]");
+      return 0;
+    } else {
+      throw zlm::Error(zlm::ErrorKind::Usage, "unknown flag %s (see --help)", a.c_str());
+    }
+  }
+  torch::manual_seed(1234);
+  const torch::Device device(device_name);
+  Gpt2Config cfg{.vocab_size = vocab, .max_positions = 8, .num_layers = layers, .hidden = hidden, .heads = heads,
+                 .hidden_dropout = 0, .attention_dropout = 0};
+  Gpt2 model(cfg);
+  model->to(device);
+  auto comm = make_comm(DistEnv{}, "gloo", -1, std::chrono::minutes(1));
+  ZeroConfig zc;
+  zc.stage = 1;
+  zc.offload_optimizer = offload;
+  ZeroEngine engine(model, *comm, zc, device);
+  auto tokens = torch::randint(vocab, {1, 8}, torch::TensorOptions().dtype(torch::kLong).device(device));
+  double total = 0;
+  for (int64_t it = 0; it <= iters; ++it) {  // iteration 0 warms up (first-touch of the Adam moments)
+    engine.begin_step(1);
+    model->loss(tokens, tokens).backward();
+    engine.after_backward();
+    if (device.is_cuda()) torch::cuda::synchronize();
+    auto t0 = std::chrono::steady_clock::now();
+    double norm = engine.reduce_grads(1.0);
+    engine.step(1e-4, norm > 1.0 ? 1.0 / norm : 1.0);
+    if (device.is_cuda()) torch::cuda::synchronize();
+    if (it > 0) total += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+  std::printf("{\"impl\": \"zerolm%s\", \"params\": %lld, \"seconds_per_step\": %.6f, \"threads\": %d}\n",
+              offload ? " (offload)" : "", static_cast<long long>(model->num_parameters()), total / static_cast<double>(iters),
+              at::get_num_threads());
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const zlm::Error& e) {
+    std::fprintf(stderr, "zlm_bench_optimizer: error: %s\n", e.what());
+    return 2;
+  }
+}
