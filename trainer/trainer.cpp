@@ -577,7 +577,9 @@ int train(const TrainArgs& args) {
     const double lr = megatron_lr(a, st.iteration);  // Megatron: the LR of the steps taken so far
     if (autocast) at::autocast::clear_cache();
     engine.begin_step(micro);
-    double loss_sum = 0;
+    // Summed on the device and read once per step: a read per micro-batch would
+    // make the host wait for each backward before queueing the next forward.
+    auto loss_acc = torch::zeros({}, torch::TensorOptions().dtype(torch::kDouble).device(device));
     const double loss_mult = fp16 ? scaler.scale() : 1.0;
     for (int64_t m = 0; m < micro; ++m) {
       auto [tok, lab] = batch(train_src, st.consumed_train + rank_offset(m), mbs, a.seq_length, device);
@@ -590,8 +592,9 @@ int train(const TrainArgs& args) {
         at::autocast::set_autocast_enabled(autocast_device, autocast);
       }
       engine.after_backward();
-      loss_sum += loss.item<double>();
+      loss_acc += loss.detach().to(torch::kDouble);
     }
+    const double loss_sum = loss_acc.item<double>();
     // Mean over ranks (the sum is taken by the reduction) and the loss scale undone.
     const double grad_norm = engine.reduce_grads(1.0 / (loss_mult * static_cast<double>(W)));
     const bool found_inf = !std::isfinite(grad_norm);
