@@ -128,13 +128,15 @@ class SampleSource {
 // (tokens, labels), each (B, T), of `count` consecutive samples from `first`.
 std::pair<torch::Tensor, torch::Tensor> batch(const SampleSource& src, int64_t first, int64_t count, int64_t seq_length,
                                               const torch::Device& device) {
-  auto all = torch::empty({count, seq_length + 1}, torch::kLong);
+  // Pinned on CUDA, so that the copy below is asynchronous: a copy from pageable
+  // memory would wait for the work already queued (the previous backward).
+  auto all = torch::empty({count, seq_length + 1}, torch::TensorOptions().dtype(torch::kLong).pinned_memory(device.is_cuda()));
   auto acc = all.accessor<int64_t, 2>();
   for (int64_t b = 0; b < count; ++b) {
     auto s = src.sample(first + b);
     for (int64_t t = 0; t <= seq_length; ++t) acc[b][t] = s[static_cast<size_t>(t)];
   }
-  all = all.to(device);
+  all = all.to(device, /*non_blocking=*/true);
   return {all.narrow(1, 0, seq_length), all.narrow(1, 1, seq_length)};
 }
 
