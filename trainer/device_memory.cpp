@@ -4,6 +4,8 @@
 #include <c10/cuda/CUDACachingAllocator.h>
 #endif
 
+#include <cstdlib>
+
 #include "common/error.h"
 
 namespace zlm::trainer {
@@ -29,5 +31,10 @@ int64_t cuda_peak_allocated(int device_index) { return stats(device_index).alloc
 std::string cuda_memory_report(int, int64_t, int) { return ""; }
 int64_t cuda_peak_allocated(int) { return 0; }
 #endif
+
+bool enable_huge_pages_for_cpu_tensors() {
+  if (std::getenv("THP_MEM_ALLOC_ENABLE")) return false;
+  return setenv("THP_MEM_ALLOC_ENABLE", "1", /*overwrite=*/0) == 0;
+}
 
 }  // namespace zlm::trainer

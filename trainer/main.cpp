@@ -8,6 +8,7 @@
 #include "common/build_info.h"
 #include "common/error.h"
 #include "common/log.h"
+#include "trainer/device_memory.h"
 #include "trainer/launcher.h"
 #include "trainer/megatron_args.h"
 #include "trainer/trainer.h"
@@ -22,6 +23,7 @@ static std::string rank_prefix() {
 
 int main(int argc, char** argv) {
   zlm::log_init("pretrain_gpt");
+  zlm::trainer::enable_huge_pages_for_cpu_tensors();
   try {
     std::string help;
     auto args = zlm::trainer::parse_megatron_args(argc, argv, &help);

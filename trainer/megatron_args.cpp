@@ -170,7 +170,9 @@ TrainArgs parse_megatron_args(int argc, const char* const* argv, std::string* he
             "\nEnvironment:\n"
             "  RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT (torchrun), SLURM_PROCID/SLURM_NTASKS/... (srun),\n"
             "  OMPI_COMM_WORLD_* (Open MPI), PMI_* (MPICH): this process is one rank of a data-parallel run\n"
-            "  ZLM_CPU_AUTOCAST=1: --bf16/--fp16 on CPU use CPU autocast instead of falling back to fp32\n";
+            "  ZLM_CPU_AUTOCAST=1: --bf16/--fp16 on CPU use CPU autocast instead of falling back to fp32\n"
+            "  THP_MEM_ALLOC_ENABLE (LibTorch): CPU tensors of 2 MiB and more on transparent huge pages; pretrain_gpt\n"
+            "      sets it to 1 unless it is set (0 turns it off)\n";
         *help = text;
       }
       return a;
