@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <stdexcept>
 #include <string>
 
 #include "common/error.h"
@@ -83,5 +84,11 @@ int main(int argc, char** argv) {
   } catch (const zlm::Error& e) {
     std::fprintf(stderr, "zlm_bench_optimizer: error: %s\n", e.what());
     return 2;
+  } catch (const std::invalid_argument&) {  // std::stoll on a value that is not a number
+    std::fprintf(stderr, "zlm_bench_optimizer: error: a numeric flag has a value that is not a number\n");
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "zlm_bench_optimizer: error: %s\n", e.what());
+    return 1;
   }
 }
