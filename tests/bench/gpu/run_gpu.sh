@@ -5,12 +5,15 @@
 #     (tests/bench/gpu/baseline_train.py) eager and with torch.compile;
 #  2. GPT-2 1.5B without offload (one GPU, activation checkpointing);
 #  3. ZeRO-3 + CPU offload (optimizer and parameters): the largest of a list of
-#     GPT-2-shaped models that trains, with tokens/s and TFLOPs.
+#     GPT-2-shaped models that trains, with tokens/s and TFLOPs;
+#  4. the optimizer step of a 1.2B GPT-2 on the GPU and offloaded to the CPU,
+#     against PyTorch's fused AdamW on the host.
 # Results: $OUT/gpu_bench.md (a table for docs/benchmarks.md) and $OUT/logs/.
 # MFU uses PaLM's 6N + 12 L h T FLOPs per token (N without position embeddings)
 # against a dense bf16 peak of 989.4 TFLOPS (H100/H200 SXM; PEAK_TFLOPS to change).
 #   tests/bench/gpu/run_gpu.sh                 # on the GPU machine (PART=1: build, 124M, 345M;
-#                                              #  PART=2: 1.5B; PART=3: offload; default all)
+#                                              #  PART=2: 1.5B; PART=3: offload; PART=4: optimizer
+#                                              #  step; default all)
 #   DRY=1 BIN=build/bin tests/bench/gpu/run_gpu.sh   # tiny shapes on CPU, to test the script
 set -uo pipefail
 cd "$(dirname "$0")/../../.."
@@ -96,6 +99,7 @@ fi
 
 # 3. ZeRO-3 + offload: the largest that trains (largest first; 180 s each keeps the three under 10 minutes).
 if [[ $PART == all || $PART == 3 ]]; then
+
 # 6.4B, 4.5B, 2.5B: host memory holds 16 B per parameter (master = parameter shard, Adam m and v, gradient).
 if [[ -n "${DRY:-}" ]]; then SHAPES=("2 128 4" "2 64 4"); else SHAPES=("32 4096 32" "40 3072 24" "32 2560 32"); fi
 for shape in "${SHAPES[@]}"; do
@@ -107,5 +111,26 @@ for shape in "${SHAPES[@]}"; do
   row "GPT-2-shaped L=$L h=$h" "zerolm ZeRO-3 + CPU offload (optimizer, parameters)" "$OUT/logs/offload_${L}x$h.jsonl" "$L" "$h"
   grep -q '"tokens_per_second"' "$OUT/logs/offload_${L}x$h.jsonl" 2>/dev/null && break
 done
+fi
+
+if [[ $PART == all || $PART == 4 ]]; then
+# 4. The optimizer step alone (gradient norm, clipping, AdamW) of a 1.2B GPT-2: on the GPU, and
+# with --cpu-offload on the host (what ZeRO-Offload's users see dominate), against PyTorch's fused
+# AdamW on the host CPU (DeepSpeed's CPU Adam is compared on the CPU machine: bench_optimizer.sh).
+if [[ -n "${DRY:-}" ]]; then OPT=(2 128 4 cpu); else OPT=(24 2048 16 cuda); fi
+opt_secs() { sed -n 's/.*"seconds_per_step": \([0-9.e-]*\).*/\1/p' | xargs -r printf "%.4f"; }
+{
+  echo
+  echo "| optimizer step, GPT-2 L=${OPT[0]} h=${OPT[1]}, vocab 50304 | s/step |"
+  echo "|---|---|"
+  for v in "" --offload; do
+    s=$(timeout 150 $BIN/zlm_bench_optimizer --layers ${OPT[0]} --hidden ${OPT[1]} --heads ${OPT[2]} --device ${OPT[3]} --iters 3 $v \
+        2>> "$OUT/logs/optimizer.log" | tee -a "$OUT/logs/optimizer.log" | opt_secs)
+    echo "| zerolm on ${OPT[3]}${v:+, optimizer offloaded to the CPU} | ${s:-failed (see logs)} |"
+  done
+  s=$(timeout 150 $PY tests/bench/baseline_optimizer.py torch ${OPT[0]} ${OPT[1]} 50304 3 2>> "$OUT/logs/optimizer.log" |
+      tee -a "$OUT/logs/optimizer.log" | opt_secs)
+  echo "| torch.optim.AdamW(fused=True) on the host CPU | ${s:-failed (see logs)} |"
+} >> "$table"
 fi
 cat "$table"
