@@ -15,6 +15,7 @@
 
 #include "common/error.h"
 #include "trainer/comm.h"
+#include "trainer/device_memory.h"
 #include "trainer/dist_env.h"
 #include "trainer/gpt2_model.h"
 #include "trainer/zero.h"
@@ -79,6 +80,7 @@ int run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  zlm::trainer::enable_huge_pages_for_cpu_tensors();  // as pretrain_gpt does
   try {
     return run(argc, argv);
   } catch (const zlm::Error& e) {

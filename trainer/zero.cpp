@@ -119,7 +119,8 @@ struct ZeroEngine::Impl {
       if (cfg.stage <= 1) {
         k.flat_grad = zeros_on(k.padded, device, false);
         for (auto& s : k.slots) s.param.mutable_grad() = k.flat_grad.narrow(0, s.offset, s.numel).view(s.shape);
-        k.grad_shard = cfg.stage == 0 ? k.flat_grad : zeros_on(k.own_len, device, false);
+        // One rank owns the whole bucket: its shard is the full buffer (no copy).
+        k.grad_shard = cfg.stage == 0 || W == 1 ? k.flat_grad : zeros_on(k.own_len, device, false);
       } else {
         // Stages 2/3 with offload: reduced gradients go straight to host memory,
         // so the device never holds a gradient shard (DeepSpeed does the same).

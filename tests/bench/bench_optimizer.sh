@@ -12,6 +12,7 @@ cd "$(dirname "$0")/../.."
 BIN=${BIN:-build/bin} PY=.venv/bin/python
 LAYERS=${LAYERS:-12} HIDDEN=${HIDDEN:-1024} HEADS=${HEADS:-16} VOCAB=${VOCAB:-50304} ITERS=${ITERS:-5}
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(nproc)}
+export THP_MEM_ALLOC_ENABLE=1  # what pretrain_gpt sets for itself; the Python side gets it too
 [[ -x $BIN/zlm_bench_optimizer ]] || { echo "no $BIN/zlm_bench_optimizer: run \`make bench\` (it needs the trainer's torch)" >&2; exit 1; }
 $PY -c 'import deepspeed' 2> /dev/null || $PY -m pip install -q deepspeed==0.19.8 >&2
 secs() { sed -n 's/.*"seconds_per_step": \([0-9.e-]*\).*/\1/p'; }
