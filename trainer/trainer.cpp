@@ -628,7 +628,7 @@ int train(const TrainArgs& args) {
                    "learning rate: %.3E | global batch size: %5ld |%s%s%s number of skipped iterations: %3ld | "
                    "number of nan iterations: %3ld | samples per second: %.3f | TFLOPs: %.2f |\n",
                    (long)st.iteration, (long)T, (long)st.consumed_train, (long)(st.consumed_train * a.seq_length), secs, lr_now,
-                   (long)gbs, avg > 0 ? strprintf(" lm loss: %.6E |", avg).c_str() : "",
+                   (long)gbs, interval_advanced > 0 ? strprintf(" lm loss: %.6E |", avg).c_str() : "",
                    fp16 ? strprintf(" loss scale: %.1f |", scaler.scale()).c_str() : "",
                    skipped ? "" : strprintf(" grad norm: %.3f |", grad_norm).c_str(), (long)skipped_iters, (long)nan_iters,
                    static_cast<double>(gbs) / secs, flops_per_iter / secs / 1e12 / W);

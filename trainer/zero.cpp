@@ -515,7 +515,7 @@ void ZeroEngine::step(double lr, double clip_coef) {
   }
   // The master weights are not written again before the next step's copies
   // and its synchronisation, so the asynchronous copies above may still run.
-  if (I.cfg.stage >= 1 && I.comm.world() > 1)  // one rank owns everything already
+  if (I.cfg.stage >= 1 && I.W > 1)  // one rank owns everything already
     for (auto& k : I.buckets)
       if (!k.sharded_params) I.comm.all_gather(k.flat_param, k.flat_param.narrow(0, k.own_begin, k.own_len).clone());
 }
