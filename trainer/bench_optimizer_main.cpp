@@ -2,13 +2,14 @@
 // rank (the part of a step that DeepSpeed's users of CPU offload see dominate:
 // anchors.md, complaint 7), for a GPT-2 of the given shape. Each iteration runs
 // one tiny forward/backward (untimed, so that the gradients come from the
-// engine's own hooks), then times reduce_grads() + step(): the gradient norm,
+// engine's own hooks), then times reduce_grads() + the norm + step(): the gradient norm,
 // clipping and AdamW over every parameter, and with --offload the copies to and
 // from the CPU master weights. Prints one JSON line.
 //   zlm_bench_optimizer --layers 12 --hidden 1024 --iters 5 [--offload] [--device cuda]
 #include <torch/torch.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <stdexcept>
 #include <string>
@@ -48,7 +49,8 @@ int run(int argc, char** argv) {
     }
   }
   torch::manual_seed(1234);
-  const torch::Device device(device_name);
+  // An index, as the trainer gives its device (a bare "cuda" would not compare equal to cuda:0).
+  const torch::Device device = device_name == "cuda" ? torch::Device(torch::kCUDA, 0) : torch::Device(device_name);
   Gpt2Config cfg{.vocab_size = vocab, .max_positions = 8, .num_layers = layers, .hidden = hidden, .heads = heads,
                  .hidden_dropout = 0, .attention_dropout = 0};
   Gpt2 model(cfg);
@@ -66,7 +68,8 @@ int run(int argc, char** argv) {
     engine.after_backward();
     if (device.is_cuda()) torch::cuda::synchronize();
     auto t0 = std::chrono::steady_clock::now();
-    double norm = engine.reduce_grads(1.0);
+    engine.reduce_grads(1.0);
+    const double norm = std::sqrt(engine.grad_sum_of_squares());
     engine.step(1e-4, norm > 1.0 ? 1.0 / norm : 1.0);
     if (device.is_cuda()) torch::cuda::synchronize();
     if (it > 0) total += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -10,6 +10,8 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
 
+#include <algorithm>
+
 #include "common/error.h"
 #include "common/log.h"
 
@@ -42,15 +44,23 @@ class LocalComm final : public Comm {
     return std::make_unique<DonePending>();
   }
   std::unique_ptr<Pending> all_reduce_async(at::Tensor&) override { return std::make_unique<DonePending>(); }
-  void broadcast(at::Tensor&, int) override {}
+  std::unique_ptr<Pending> send_async(at::Tensor&, int, int) override {
+    throw Error(ErrorKind::Internal, "send to another rank in a one-rank group");
+  }
+  std::unique_ptr<Pending> recv_async(at::Tensor&, int, int) override {
+    throw Error(ErrorKind::Internal, "receive from another rank in a one-rank group");
+  }
   void barrier() override {}
+  std::unique_ptr<Comm> new_group(const std::string&, const std::vector<int>&) override { return std::make_unique<LocalComm>(); }
   std::vector<std::string> exchange(const std::string&, const std::string& mine) override { return {mine}; }
 };
+
+std::unique_ptr<Comm> make_local_comm() { return std::make_unique<LocalComm>(); }
 
 class C10dComm final : public Comm {
  public:
   C10dComm(const DistEnv& env, const std::string& backend, int gpu, std::chrono::milliseconds timeout)
-      : name_(backend), timeout_(timeout) {
+      : name_(backend), timeout_(timeout), gpu_(gpu), loopback_(env.world_size == env.local_world_size) {
     rank_ = env.rank;
     world_ = env.world_size;
     c10d::TCPStoreOptions opts;
@@ -68,13 +78,23 @@ class C10dComm final : public Comm {
     if (env.agent_store)  // torchrun's agent namespaces each restart attempt
       store = c10::make_intrusive<c10d::PrefixStore>("/worker/attempt_" + std::to_string(env.restart_count), store);
     store_ = c10::make_intrusive<c10d::PrefixStore>("zerolm", store);
-    if (backend == "gloo") {
+    connect();
+  }
+  // A sub-group: its own namespace of the run's store, its own backend instance.
+  C10dComm(const C10dComm& parent, const std::string& group, int rank, int world)
+      : name_(parent.name_), timeout_(parent.timeout_), gpu_(parent.gpu_), loopback_(parent.loopback_) {
+    rank_ = rank;
+    world_ = world;
+    store_ = c10::make_intrusive<c10d::PrefixStore>("group/" + group, parent.store_);
+    connect();
+  }
+  void connect() {
+    if (name_ == "gloo") {
 #ifdef ZLM_HAVE_GLOO
-      auto o = c10d::ProcessGroupGloo::Options::create(timeout);
+      auto o = c10d::ProcessGroupGloo::Options::create(timeout_);
       const char* iface = std::getenv("GLOO_SOCKET_IFNAME");
-      bool loopback = env.world_size == env.local_world_size;  // one host: stay on loopback
       o->devices.push_back(iface && *iface ? c10d::ProcessGroupGloo::createDeviceForInterface(iface)
-                           : loopback       ? c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1")
+                           : loopback_      ? c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1")  // one host
                                             : c10d::ProcessGroupGloo::createDefaultDevice());
       o->threads = 2;
       pg_ = c10::make_intrusive<c10d::ProcessGroupGloo>(c10::make_intrusive<c10d::PrefixStore>("gloo", store_), rank_, world_, o);
@@ -83,15 +103,14 @@ class C10dComm final : public Comm {
 #endif
     } else {
 #ifdef ZLM_HAVE_NCCL
-      if (gpu < 0) throw Error(ErrorKind::Usage, "the nccl backend needs CUDA tensors; use --distributed-backend gloo on CPU");
-      c10::cuda::set_device(static_cast<c10::DeviceIndex>(gpu));
+      if (gpu_ < 0) throw Error(ErrorKind::Usage, "the nccl backend needs CUDA tensors; use --distributed-backend gloo on CPU");
+      c10::cuda::set_device(static_cast<c10::DeviceIndex>(gpu_));
       auto o = c10d::ProcessGroupNCCL::Options::create();
-      o->timeout = timeout;
+      o->timeout = timeout_;
       auto nccl = c10::make_intrusive<c10d::ProcessGroupNCCL>(c10::make_intrusive<c10d::PrefixStore>("nccl", store_), rank_, world_, o);
-      nccl->setBoundDeviceId(at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(gpu)));
+      nccl->setBoundDeviceId(at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(gpu_)));
       pg_ = nccl;
 #else
-      (void)gpu;
       throw Error(ErrorKind::Usage, "this build has no NCCL backend (built without CUDA or without nccl.h)");
 #endif
     }
@@ -120,11 +139,19 @@ class C10dComm final : public Comm {
     at::Tensor in = shard;
     return std::make_unique<Op>(this, "all_gather", pg_->_allgather_base(full, in));
   }
-  void broadcast(at::Tensor& t, int root) override {
+  std::unique_ptr<Pending> send_async(at::Tensor& t, int dst, int tag) override {
     std::vector<at::Tensor> v{t};
-    c10d::BroadcastOptions o;
-    o.rootRank = root;
-    wait("broadcast", pg_->broadcast(v, o));
+    return std::make_unique<Op>(this, "send", pg_->send(v, dst, tag));
+  }
+  std::unique_ptr<Pending> recv_async(at::Tensor& t, int src, int tag) override {
+    std::vector<at::Tensor> v{t};
+    return std::make_unique<Op>(this, "recv", pg_->recv(v, src, tag));
+  }
+  std::unique_ptr<Comm> new_group(const std::string& group, const std::vector<int>& ranks) override {
+    auto me = std::find(ranks.begin(), ranks.end(), rank_);
+    if (me == ranks.end()) throw Error(ErrorKind::Internal, "rank %d is not a member of group %s", rank_, group.c_str());
+    if (ranks.size() == 1) return make_local_comm();
+    return std::unique_ptr<Comm>(new C10dComm(*this, group, static_cast<int>(me - ranks.begin()), static_cast<int>(ranks.size())));
   }
   void barrier() override { wait("barrier", pg_->barrier()); }
   std::vector<std::string> exchange(const std::string& key, const std::string& mine) override {
@@ -179,30 +206,16 @@ class C10dComm final : public Comm {
 
   std::string name_;
   std::chrono::milliseconds timeout_;
+  int gpu_ = -1;
+  bool loopback_ = true;
   c10::intrusive_ptr<c10d::Store> store_;
   c10::intrusive_ptr<c10d::Backend> pg_;
 };
 
 }  // namespace
 
-bool comm_has_gloo() {
-#ifdef ZLM_HAVE_GLOO
-  return true;
-#else
-  return false;
-#endif
-}
-
-bool comm_has_nccl() {
-#ifdef ZLM_HAVE_NCCL
-  return true;
-#else
-  return false;
-#endif
-}
-
 std::unique_ptr<Comm> make_comm(const DistEnv& env, const std::string& backend, int gpu, std::chrono::milliseconds timeout) {
-  if (env.world_size == 1) return std::make_unique<LocalComm>();
+  if (env.world_size == 1) return make_local_comm();
   return std::make_unique<C10dComm>(env, backend, gpu, timeout);
 }
 

@@ -1,5 +1,5 @@
-// Collectives for data parallelism and ZeRO behind one interface, with three
-// implementations chosen by make_comm():
+// Collectives for data, tensor and pipeline parallelism behind one interface,
+// with three implementations chosen by make_comm():
 //   world size 1  -> local (copies; no process group);
 //   CPU tensors   -> c10d's Gloo backend from the LibTorch wheel (loopback or TCP);
 //   CUDA tensors  -> c10d's NCCL backend.
@@ -13,6 +13,8 @@
 //   comm->all_reduce_sum(t);                // in place, every rank gets the sum
 //   comm->reduce_scatter_sum(shard, full);  // full = world * shard elements; rank r gets the sum of chunk r
 //   comm->all_gather(full, shard);          // chunk r of full = shard of rank r
+//   auto tp = comm->new_group("tp0", {0, 1}); // a communicator over some ranks (members only call it)
+//   tp->send_async(t, 1, /*tag=*/0);        // point to point, by rank within the group
 #pragma once
 
 #include <ATen/ATen.h>
@@ -48,8 +50,17 @@ class Comm {
   // reduce_scatter_sum and all_reduce_sum started in the background, likewise.
   virtual std::unique_ptr<Pending> reduce_scatter_async(at::Tensor& shard, const at::Tensor& full) = 0;
   virtual std::unique_ptr<Pending> all_reduce_async(at::Tensor& t) = 0;
-  virtual void broadcast(at::Tensor& t, int root) = 0;
+  // Point to point: a message to / from one rank of this communicator. Messages
+  // between two ranks with the same tag arrive in the order they were sent; `t`
+  // must stay alive (and unchanged, for a send) until wait().
+  virtual std::unique_ptr<Pending> send_async(at::Tensor& t, int dst, int tag) = 0;
+  virtual std::unique_ptr<Pending> recv_async(at::Tensor& t, int src, int tag) = 0;
   virtual void barrier() = 0;
+  // A communicator over `ranks` (ranks of this one, in the new group's rank
+  // order). Collective over the members only: each calls it with the same name
+  // (unique among the groups of the run) and ranks; a non-member never does.
+  // Groups must be created in one global order (members block until all joined).
+  virtual std::unique_ptr<Comm> new_group(const std::string& name, const std::vector<int>& ranks) = 0;
   // Every rank's string, in rank order (through the rendezvous store).
   virtual std::vector<std::string> exchange(const std::string& key, const std::string& mine) = 0;
   virtual void shutdown() {}
@@ -61,8 +72,5 @@ class Comm {
 // gpu: this rank's CUDA device index, or -1 for CPU tensors.
 std::unique_ptr<Comm> make_comm(const DistEnv& env, const std::string& backend, int gpu, std::chrono::milliseconds timeout);
 
-// Whether this build has each backend.
-bool comm_has_gloo();
-bool comm_has_nccl();
 
 }  // namespace zlm::trainer

@@ -3,6 +3,9 @@
 #include <ATen/autocast_mode.h>
 
 #include <cmath>
+#include <cstring>
+
+#include "common/error.h"
 
 namespace zlm::trainer {
 
@@ -24,19 +27,22 @@ struct AutocastState {
   }
 };
 
-// Sets the default generator of `device` to `state` and returns the state it had.
-torch::Tensor swap_rng_state(const torch::Device& device, const torch::Tensor& state) {
-  auto gen = at::globalContext().defaultGenerator(device);
-  std::lock_guard<std::mutex> lock(gen.mutex());
-  torch::Tensor before = gen.get_state();
-  if (state.defined()) gen.set_state(state);
-  return before;
+torch::Tensor drop(const torch::Tensor& x, double p, bool training) {
+  return F::dropout(x, F::DropoutFuncOptions().p(p).training(training));
+}
+
+// FNV-1a: a seed per parameter name, the same in every build.
+uint64_t name_seed(uint64_t seed, const std::string& name) {
+  uint64_t h = 1469598103934665603ULL ^ (seed * 0x9E3779B97F4A7C15ULL);
+  for (unsigned char c : name) h = (h ^ c) * 1099511628211ULL;
+  return h;
 }
 
 }  // namespace
 
-void save_for_recompute(torch::autograd::AutogradContext* ctx, const torch::Tensor& x) {
+void save_for_recompute(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, const RngTracker* rng) {
   ctx->saved_data["rng"] = swap_rng_state(x.device(), torch::Tensor());
+  if (rng && rng->state().defined()) ctx->saved_data["tracker"] = rng->state();
   AutocastState a = AutocastState::current(x.device().type());
   ctx->saved_data["autocast"] = a.enabled;
   ctx->saved_data["autocast_dtype"] = static_cast<int64_t>(a.dtype);
@@ -46,6 +52,12 @@ void save_for_recompute(torch::autograd::AutogradContext* ctx, const torch::Tens
 std::pair<torch::Tensor, torch::Tensor> recompute(torch::autograd::AutogradContext* ctx, Gpt2BlockImpl* block) {
   torch::Tensor x = ctx->get_saved_variables()[0].detach().requires_grad_(true);
   torch::Tensor rng_now = swap_rng_state(x.device(), ctx->saved_data["rng"].toTensor());
+  RngTracker* tracker = block->tp().rng;
+  torch::Tensor tracker_now;
+  if (tracker && ctx->saved_data.count("tracker")) {
+    tracker_now = tracker->state();
+    tracker->set_state(ctx->saved_data["tracker"].toTensor());
+  }
   const AutocastState autocast_now = AutocastState::current(x.device().type());
   AutocastState{x.device().type(), ctx->saved_data["autocast"].toBool(), static_cast<at::ScalarType>(ctx->saved_data["autocast_dtype"].toInt())}
       .apply();
@@ -55,6 +67,7 @@ std::pair<torch::Tensor, torch::Tensor> recompute(torch::autograd::AutogradConte
     y = block->forward(x);
   }
   autocast_now.apply();
+  if (tracker_now.defined()) tracker->set_state(tracker_now);
   swap_rng_state(x.device(), rng_now);
   return {x, y};
 }
@@ -66,7 +79,7 @@ namespace {
 struct CheckpointFn : public torch::autograd::Function<CheckpointFn> {
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, torch::Tensor x, Gpt2BlockImpl* block) {
     ctx->saved_data["block"] = reinterpret_cast<int64_t>(block);
-    save_for_recompute(ctx, x);
+    save_for_recompute(ctx, x, block->tp().rng);
     torch::NoGradGuard no_grad;
     return block->forward(x);
   }
@@ -79,62 +92,173 @@ struct CheckpointFn : public torch::autograd::Function<CheckpointFn> {
 
 }  // namespace
 
-Gpt2BlockImpl::Gpt2BlockImpl(const Gpt2Config& c)
-    : heads_(c.heads), hidden_dropout_(c.hidden_dropout), attention_dropout_(c.attention_dropout) {
-  const int64_t C = c.hidden;
+Gpt2BlockImpl::Gpt2BlockImpl(const Gpt2Config& c, const TensorParallel* tp)
+    : tp_(tp), heads_(c.heads / tp->size), hidden_dropout_(c.hidden_dropout), attention_dropout_(c.attention_dropout) {
+  const int64_t C = c.hidden, n = tp->size;
   ln1 = register_module("ln1", torch::nn::LayerNorm(torch::nn::LayerNormOptions({C}).eps(1e-5)));
   ln2 = register_module("ln2", torch::nn::LayerNorm(torch::nn::LayerNormOptions({C}).eps(1e-5)));
-  attn_qkv = register_module("attn_qkv", torch::nn::Linear(C, 3 * C));
-  attn_proj = register_module("attn_proj", torch::nn::Linear(C, C));
-  mlp_fc = register_module("mlp_fc", torch::nn::Linear(C, 4 * C));
-  mlp_proj = register_module("mlp_proj", torch::nn::Linear(4 * C, C));
-  const double out_std = c.init_std / std::sqrt(2.0 * static_cast<double>(c.num_layers));
-  torch::NoGradGuard no_grad;
-  for (auto* l : {&attn_qkv, &mlp_fc}) {
-    (*l)->weight.normal_(0.0, c.init_std);
-    (*l)->bias.zero_();
-  }
-  for (auto* l : {&attn_proj, &mlp_proj}) {
-    (*l)->weight.normal_(0.0, out_std);
-    (*l)->bias.zero_();
-  }
+  attn_qkv = register_module("attn_qkv", torch::nn::Linear(C, 3 * C / n));    // column-parallel
+  attn_proj = register_module("attn_proj", torch::nn::Linear(C / n, C));      // row-parallel
+  mlp_fc = register_module("mlp_fc", torch::nn::Linear(C, 4 * C / n));        // column-parallel
+  mlp_proj = register_module("mlp_proj", torch::nn::Linear(4 * C / n, C));    // row-parallel
 }
 
 torch::Tensor Gpt2BlockImpl::forward(const torch::Tensor& x) {
-  const int64_t B = x.size(0), T = x.size(1), C = x.size(2), hs = C / heads_;
-  auto qkv = attn_qkv(ln1(x)).view({B, T, 3, heads_, hs}).permute({2, 0, 3, 1, 4});  // (3, B, nh, T, hs)
-  auto att = at::scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], {}, is_training() ? attention_dropout_ : 0.0,
-                                              /*is_causal=*/true);                                   // (B, nh, T, hs)
-  auto y = att.transpose(1, 2).contiguous().view({B, T, C});
-  auto h = x + F::dropout(attn_proj(y), F::DropoutFuncOptions().p(hidden_dropout_).training(is_training()));
-  auto m = mlp_proj(F::gelu(mlp_fc(ln2(h)), F::GELUFuncOptions().approximate("tanh")));
-  return h + F::dropout(m, F::DropoutFuncOptions().p(hidden_dropout_).training(is_training()));
+  // Sequence parallelism: every random op of the block differs between TP ranks.
+  if (tp_->sp() && tp_->rng) return tp_->rng->fork([&] { return compute(x); });
+  return compute(x);
 }
 
-torch::Tensor gpt2_embed(const torch::Tensor& idx, const torch::Tensor& wte, const torch::Tensor& wpe) {
+torch::Tensor Gpt2BlockImpl::compute(const torch::Tensor& x) {
+  const TensorParallel& tp = *tp_;
+  const bool sp = tp.sp();
+  // Replicated parameters used on sequence chunks get different gradients on
+  // each TP rank: their sum is what the whole sequence gives (Megatron
+  // all-reduces them after backward; here the graph does it).
+  auto shared = [&](const torch::Tensor& p) { return sp ? copy_to_tp(p, tp) : p; };
+  auto norm = [&](torch::nn::LayerNorm& ln, const torch::Tensor& in) {
+    return at::layer_norm(in, {in.size(-1)}, shared(ln->weight), shared(ln->bias), 1e-5);
+  };
+  auto enter = [&](const torch::Tensor& h) { return sp ? gather_from_sp(h, tp) : copy_to_tp(h, tp); };    // into a split region
+  auto leave = [&](const torch::Tensor& h) { return sp ? reduce_scatter_to_sp(h, tp) : reduce_from_tp(h, tp); };  // out of it
+
+  auto qkv = F::linear(enter(norm(ln1, x)), attn_qkv->weight, attn_qkv->bias);  // (B, T, 3 * heads * hs), [q | k | v] by head
+  const int64_t B = qkv.size(0), T = qkv.size(1), hs = qkv.size(2) / (3 * heads_);
+  qkv = qkv.view({B, T, 3, heads_, hs}).permute({2, 0, 3, 1, 4});  // (3, B, nh, T, hs)
+  const double p_att = is_training() ? attention_dropout_ : 0.0;
+  auto attend = [&] { return at::scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], {}, p_att, /*is_causal=*/true); };
+  // Attention dropout acts on this rank's heads: Megatron draws it from the tracker.
+  auto att = p_att > 0 && tp.rng ? tp.rng->fork(attend) : attend();  // (B, nh, T, hs)
+  auto y = att.transpose(1, 2).contiguous().view({B, T, heads_ * hs});
+  auto o = leave(torch::matmul(y, attn_proj->weight.t())) + shared(attn_proj->bias);
+  auto h = x + drop(o, hidden_dropout_, is_training());
+  auto f = F::gelu(F::linear(enter(norm(ln2, h)), mlp_fc->weight, mlp_fc->bias), F::GELUFuncOptions().approximate("tanh"));
+  auto m = leave(torch::matmul(f, mlp_proj->weight.t())) + shared(mlp_proj->bias);
+  return h + drop(m, hidden_dropout_, is_training());
+}
+
+torch::Tensor gpt2_embed(const torch::Tensor& idx, const torch::Tensor& wte, const torch::Tensor& wpe, const TensorParallel& tp) {
   auto pos = torch::arange(idx.size(1), torch::TensorOptions().dtype(torch::kLong).device(idx.device()));
-  return at::embedding(wte, idx) + at::embedding(wpe, pos);
+  torch::Tensor words;
+  if (!tp.active()) {
+    words = at::embedding(wte, idx);
+  } else {  // vocab-parallel: rows outside this rank's range read row 0 and are zeroed, then summed over TP
+    const int64_t lo = tp.rank * wte.size(0);
+    auto outside = (idx < lo).logical_or(idx >= lo + wte.size(0));
+    words = reduce_from_tp(at::embedding(wte, (idx - lo).masked_fill(outside, 0)).masked_fill(outside.unsqueeze(-1), 0), tp);
+  }
+  return words + at::embedding(wpe, pos);
 }
 
-torch::Tensor gpt2_head(const torch::Tensor& x, const torch::Tensor& wte, const torch::Tensor& ln_weight, const torch::Tensor& ln_bias) {
-  return torch::matmul(at::layer_norm(x, {x.size(-1)}, ln_weight, ln_bias, 1e-5), wte.t());
+void gpt2_embed_backward(const torch::Tensor& grad, const torch::Tensor& idx, torch::Tensor& wte_grad, torch::Tensor& wpe_grad,
+                         const TensorParallel& tp) {
+  auto pos = torch::arange(idx.size(1), idx.options());
+  torch::Tensor g = grad, local = idx;
+  if (tp.active()) {
+    const int64_t lo = tp.rank * wte_grad.size(0);
+    auto outside = (idx < lo).logical_or(idx >= lo + wte_grad.size(0));
+    local = (idx - lo).masked_fill(outside, 0);
+    g = grad.masked_fill(outside.unsqueeze(-1), 0);
+  }
+  wte_grad.add_(at::embedding_backward(g, local, wte_grad.size(0), -1, false, false));
+  wpe_grad.add_(at::embedding_backward(at::sum_to(grad, c10::IntArrayRef{idx.size(1), grad.size(-1)}), pos, wpe_grad.size(0), -1, false, false));
 }
 
-Gpt2Impl::Gpt2Impl(const Gpt2Config& c) : config_(c) {
-  wte = register_module("wte", torch::nn::Embedding(c.vocab_size, c.hidden));
-  wpe = register_module("wpe", torch::nn::Embedding(c.max_positions, c.hidden));
+torch::Tensor gpt2_head(const torch::Tensor& x, const torch::Tensor& wte, const torch::Tensor& ln_weight, const torch::Tensor& ln_bias,
+                        const TensorParallel& tp) {
+  const bool sp = tp.sp();
+  auto h = at::layer_norm(x, {x.size(-1)}, sp ? copy_to_tp(ln_weight, tp) : ln_weight, sp ? copy_to_tp(ln_bias, tp) : ln_bias, 1e-5);
+  h = sp ? gather_from_sp(h, tp) : copy_to_tp(h, tp);
+  return torch::matmul(h, wte.t());
+}
+
+torch::Tensor gpt2_lm_loss(const torch::Tensor& logits, const torch::Tensor& labels, const TensorParallel& tp) {
+  auto flat = logits.reshape({-1, logits.size(-1)});
+  if (!tp.active()) return F::cross_entropy(flat.to(torch::kFloat), labels.reshape({-1}));
+  return vocab_parallel_cross_entropy(flat, labels.reshape({-1}), tp).mean();
+}
+
+Gpt2Impl::Gpt2Impl(const Gpt2Config& c, ModelPart part) : config_(c), part_(std::move(part)) {
+  if (part_.chunks.empty()) {
+    part_.chunks.emplace_back();
+    for (int64_t l = 0; l < c.num_layers; ++l) part_.chunks[0].push_back(l);
+  }
+  const int64_t n = part_.tp.size;
+  if (c.heads % n != 0 || c.vocab_size % n != 0 || c.hidden % c.heads != 0)
+    throw Error(ErrorKind::Usage, "%ld attention heads, hidden size %ld and padded vocabulary %ld cannot be split over %ld tensor-parallel ranks",
+                (long)c.heads, (long)c.hidden, (long)c.vocab_size, (long)n);
+  if (part_.pre || part_.post) wte = register_module("wte", torch::nn::Embedding(c.vocab_size / n, c.hidden));
+  if (part_.pre) wpe = register_module("wpe", torch::nn::Embedding(c.max_positions, c.hidden));
   blocks = register_module("blocks", torch::nn::ModuleList());
-  for (int64_t l = 0; l < c.num_layers; ++l) blocks->push_back(Gpt2Block(c));
-  ln_f = register_module("ln_f", torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.hidden}).eps(1e-5)));
-  torch::NoGradGuard no_grad;
-  wte->weight.normal_(0.0, c.init_std);
-  wpe->weight.normal_(0.0, c.init_std);
+  for (const auto& chunk : part_.chunks) {
+    chunk_blocks_.emplace_back();
+    for (int64_t l : chunk) {
+      chunk_blocks_.back().push_back(layers_.size());
+      layers_.push_back(l);
+      blocks->push_back(Gpt2Block(c, &part_.tp));
+    }
+  }
+  if (part_.post) ln_f = register_module("ln_f", torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.hidden}).eps(1e-5)));
+  initialize();
 }
 
-torch::Tensor Gpt2Impl::forward(const torch::Tensor& idx) {
-  auto x = embed_fn ? embed_fn(idx) : gpt2_embed(idx, wte->weight, wpe->weight);
-  x = F::dropout(x, F::DropoutFuncOptions().p(config_.hidden_dropout).training(is_training()));
-  for (size_t l = 0; l < blocks->size(); ++l) {
+TpSplit Gpt2Impl::tp_split(const std::string& name) {
+  auto ends = [&](const char* s) { return name.size() >= std::strlen(s) && name.compare(name.size() - std::strlen(s), std::string::npos, s) == 0; };
+  if (ends("attn_qkv.weight") || ends("attn_qkv.bias")) return {0, 3};
+  if (name == "wte.weight" || ends("mlp_fc.weight") || ends("mlp_fc.bias")) return {0, 1};
+  if (ends("attn_proj.weight") || ends("mlp_proj.weight")) return {1, 1};
+  return {};
+}
+
+std::string Gpt2Impl::global_name(const std::string& local) const {
+  if (local.rfind("blocks.", 0) != 0) return local;
+  const size_t dot = local.find('.', 7);
+  const size_t i = std::stoul(local.substr(7, dot - 7));
+  return "blocks." + std::to_string(layers_.at(i)) + local.substr(dot);
+}
+
+bool Gpt2Impl::counts_in_grad_norm(const std::string& local) const {
+  if (local == "wte.weight" && !part_.pre) return false;  // the last stage's copy of the tied embedding
+  return tp_split(local).dim >= 0 || part_.tp.rank == 0;
+}
+
+// Every parameter from a generator of its own, drawn whole and cut for this rank.
+void Gpt2Impl::initialize() {
+  torch::NoGradGuard no_grad;
+  const double out_std = config_.init_std / std::sqrt(2.0 * static_cast<double>(config_.num_layers));
+  auto ends = [](const std::string& s, const char* suffix) {
+    return s.size() >= std::strlen(suffix) && s.compare(s.size() - std::strlen(suffix), std::string::npos, suffix) == 0;
+  };
+  for (auto& item : named_parameters()) {
+    const std::string global = global_name(item.key());
+    torch::Tensor& p = item.value();
+    const TpSplit split = tp_split(item.key());
+    std::vector<int64_t> full = p.sizes().vec();
+    if (split.dim >= 0) full[static_cast<size_t>(split.dim)] *= part_.tp.size;
+    torch::Tensor v;
+    if (ends(global, ".bias")) {
+      v = torch::zeros(full);
+    } else if (global.rfind("ln_f.", 0) == 0 || global.find(".ln") != std::string::npos) {
+      v = torch::ones(full);
+    } else {
+      auto gen = at::make_generator<at::CPUGeneratorImpl>(name_seed(config_.seed, global));
+      const double std = ends(global, "attn_proj.weight") || ends(global, "mlp_proj.weight") ? out_std : config_.init_std;
+      v = torch::empty(full).normal_(0.0, std, gen);
+    }
+    p.copy_(tp_slice(v, split, part_.tp.size, part_.tp.rank));
+  }
+}
+
+torch::Tensor Gpt2Impl::forward_chunk(size_t v, const torch::Tensor& input, const torch::Tensor& labels) {
+  const TensorParallel& tp = part_.tp;
+  torch::Tensor x = input;
+  if (v == 0 && part_.pre) {
+    x = embed_fn ? embed_fn(input) : gpt2_embed(input, wte->weight, wpe->weight, tp);
+    x = scatter_to_sp(x, tp);
+    auto embed_dropout = [&] { return drop(x, config_.hidden_dropout, is_training()); };
+    x = tp.sp() && tp.rng ? tp.rng->fork(embed_dropout) : embed_dropout();
+  }
+  for (size_t l : chunk_blocks_.at(v)) {
     auto* block = blocks[l]->as<Gpt2BlockImpl>();
     if (block_fn)
       x = block_fn(l, x);
@@ -143,12 +267,23 @@ torch::Tensor Gpt2Impl::forward(const torch::Tensor& idx) {
     else
       x = block->forward(x);
   }
-  return head_fn ? head_fn(x) : gpt2_head(x, wte->weight, ln_f->weight, ln_f->bias);
+  if (v + 1 < chunk_blocks_.size() || !part_.post) return x;
+  auto logits = head_fn ? head_fn(x) : gpt2_head(x, wte->weight, ln_f->weight, ln_f->bias, tp);
+  return labels.defined() ? gpt2_lm_loss(logits, labels, tp) : logits;
+}
+
+torch::Tensor Gpt2Impl::forward(const torch::Tensor& idx) {
+  if (!part_.pre || !part_.post || chunk_blocks_.size() != 1) throw Error(ErrorKind::Internal, "forward() needs the whole model");
+  return forward_chunk(0, idx, torch::Tensor());
 }
 
 torch::Tensor Gpt2Impl::loss(const torch::Tensor& tokens, const torch::Tensor& labels) {
-  auto logits = forward(tokens);
-  return F::cross_entropy(logits.view({-1, logits.size(-1)}).to(torch::kFloat), labels.reshape({-1}));
+  if (!part_.pre || !part_.post || chunk_blocks_.size() != 1) throw Error(ErrorKind::Internal, "loss() needs the whole model");
+  return forward_chunk(0, tokens, labels);
+}
+
+std::vector<int64_t> Gpt2Impl::activation_shape(int64_t batch, int64_t seq) const {
+  return {batch, part_.tp.sp() ? seq / part_.tp.size : seq, config_.hidden};
 }
 
 int64_t Gpt2Impl::num_parameters() const {

@@ -2,19 +2,38 @@
 // pre-LayerNorm blocks, causal self-attention through
 // scaled_dot_product_attention (flash/efficient kernels on GPU), tanh-GELU MLP
 // of 4h, final LayerNorm, output projection tied to the token embedding, vocab
-// padded to a multiple of --make-vocab-size-divisible-by. Initialisation as
-// Megatron: normal(0, init_method_std) for every weight, output projections of
-// attention and MLP scaled by 1/sqrt(2 * num_layers), biases and LayerNorm
-// shifts 0, LayerNorm scales 1.
+// padded to a multiple of --make-vocab-size-divisible-by (x TP). Initialisation
+// as Megatron: normal(0, init_method_std) for every weight, output projections
+// of attention and MLP scaled by 1/sqrt(2 * num_layers), biases and LayerNorm
+// shifts 0, LayerNorm scales 1. Each parameter is drawn from its own generator
+// (seeded by the run's seed and the parameter's name) as a full tensor and then
+// cut, so the initial model is the same for every TP/PP layout (Megatron's
+// --use-cpu-initialization property).
+//
+// One object is the part of the model a rank holds (ModelPart): the layers of
+// its pipeline stage (one list per virtual-pipeline chunk), the embeddings on
+// the first stage, the final LayerNorm and the loss on the last, every split
+// weight cut for its tensor-parallel rank (Megatron's 1D scheme: column-parallel
+// QKV and MLP up-projection, row-parallel attention and MLP output, heads split,
+// vocab-parallel embedding, output projection and cross-entropy). With
+// ModelPart{} it is the whole model, as one process trains and as checkpoints,
+// export and generation see it.
+//
+// Parameter names are local ("blocks.<i>" counts this part's blocks from 0);
+// global_name() gives the whole model's name ("blocks.<layer>"), which
+// checkpoints use.
 //
 // Shapes (B batch, T sequence, C hidden, Vp padded vocab):
-//   forward(idx: (B, T) int64) -> logits (B, T, Vp) float
+//   forward(idx: (B, T) int64) -> logits (B, T, Vp / TP) float
 #pragma once
 
 #include <torch/torch.h>
 
 #include <functional>
+#include <string>
 #include <vector>
+
+#include "trainer/parallel.h"
 
 namespace zlm::trainer {
 
@@ -22,21 +41,29 @@ class Gpt2BlockImpl;
 
 // For autograd functions that run a block without autograd in forward and
 // recompute it in backward (activation checkpointing, ZeRO-3).
-// save_for_recompute keeps the input, the RNG state (the dropout masks must be
-// the same) and the autocast state of its device, which LibTorch keeps per thread while
+// save_for_recompute keeps the input, the RNG states (the default generator's
+// and the model-parallel tracker's: the dropout masks must be the same) and the
+// autocast state of its device, which LibTorch keeps per thread while
 // backward runs on the autograd engine's threads. recompute reruns `block` on
 // the saved input, which now requires grad, under those states: returns
 // (input, output) with a graph between them.
-void save_for_recompute(torch::autograd::AutogradContext* ctx, const torch::Tensor& x);
+void save_for_recompute(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, const RngTracker* rng);
 std::pair<torch::Tensor, torch::Tensor> recompute(torch::autograd::AutogradContext* ctx, Gpt2BlockImpl* block);
 
 // The layers outside the blocks, as functions of their weights (the module
 // runs them on its parameters, ZeRO-3 on gathered copies; the same operations
-// either way): token + position embedding of idx (B, T) -> (B, T, C), and the
-// final LayerNorm with the output projection tied to the token embedding
-// (B, T, C) -> logits (B, T, Vp).
-torch::Tensor gpt2_embed(const torch::Tensor& idx, const torch::Tensor& wte, const torch::Tensor& wpe);
-torch::Tensor gpt2_head(const torch::Tensor& x, const torch::Tensor& wte, const torch::Tensor& ln_weight, const torch::Tensor& ln_bias);
+// either way): token + position embedding of idx (B, T) -> (B, T, C) (wte: this
+// rank's vocabulary rows), and the final LayerNorm with the output projection
+// tied to the token embedding (B, T or T/TP, C) -> logits (B, T, Vp/TP).
+torch::Tensor gpt2_embed(const torch::Tensor& idx, const torch::Tensor& wte, const torch::Tensor& wpe, const TensorParallel& tp);
+// The embedding's backward into gradient buffers shaped like wte and wpe
+// (added to them): what autograd computes for gpt2_embed, without its weights.
+void gpt2_embed_backward(const torch::Tensor& grad, const torch::Tensor& idx, torch::Tensor& wte_grad, torch::Tensor& wpe_grad,
+                         const TensorParallel& tp);
+torch::Tensor gpt2_head(const torch::Tensor& x, const torch::Tensor& wte, const torch::Tensor& ln_weight, const torch::Tensor& ln_bias,
+                        const TensorParallel& tp);
+// Mean cross-entropy of logits (B, T, Vp/TP) against labels (B, T).
+torch::Tensor gpt2_lm_loss(const torch::Tensor& logits, const torch::Tensor& labels, const TensorParallel& tp);
 
 struct Gpt2Config {
   int64_t vocab_size = 50304;  // padded
@@ -44,29 +71,59 @@ struct Gpt2Config {
   int64_t num_layers = 12, hidden = 768, heads = 12;
   double init_std = 0.02, hidden_dropout = 0.1, attention_dropout = 0.1;
   bool checkpoint_activations = false;
+  uint64_t seed = 1234;  // initial weights
+};
+
+// The part of the model one rank holds.
+struct ModelPart {
+  TensorParallel tp;
+  bool pre = true, post = true;              // embeddings (first stage) / final LayerNorm, head and loss (last stage)
+  std::vector<std::vector<int64_t>> chunks;  // the layers of each virtual-pipeline chunk; empty: all layers, one chunk
 };
 
 class Gpt2BlockImpl : public torch::nn::Module {
  public:
-  explicit Gpt2BlockImpl(const Gpt2Config& c);
-  torch::Tensor forward(const torch::Tensor& x);  // (B, T, C) -> (B, T, C)
+  Gpt2BlockImpl(const Gpt2Config& c, const TensorParallel* tp);
+  torch::Tensor forward(const torch::Tensor& x);  // (B, T or T/TP, C) -> the same
+  const TensorParallel& tp() const { return *tp_; }
   torch::nn::LayerNorm ln1{nullptr}, ln2{nullptr};
   torch::nn::Linear attn_qkv{nullptr}, attn_proj{nullptr}, mlp_fc{nullptr}, mlp_proj{nullptr};
 
  private:
-  int64_t heads_;
+  torch::Tensor compute(const torch::Tensor& x);
+  const TensorParallel* tp_;
+  int64_t heads_;  // on this rank
   double hidden_dropout_, attention_dropout_;
 };
 TORCH_MODULE(Gpt2Block);
 
 class Gpt2Impl : public torch::nn::Module {
  public:
-  explicit Gpt2Impl(const Gpt2Config& c);
+  explicit Gpt2Impl(const Gpt2Config& c, ModelPart part = {});
+  // The whole model (one chunk holding the embeddings and the head): logits.
   torch::Tensor forward(const torch::Tensor& idx);
   // Mean cross-entropy of the next token: tokens (B, T), labels (B, T).
   torch::Tensor loss(const torch::Tensor& tokens, const torch::Tensor& labels);
+  // Chunk v's forward: `input` is the tokens (B, T) on the first chunk of the
+  // first stage, else the activation the previous chunk produced; returns the
+  // activation, or on the last chunk of the last stage the mean loss on `labels`.
+  torch::Tensor forward_chunk(size_t v, const torch::Tensor& input, const torch::Tensor& labels);
+  size_t num_chunks() const { return chunk_blocks_.size(); }
+  // The activation a chunk passes on: (B, T or T/TP with sequence parallelism, C).
+  std::vector<int64_t> activation_shape(int64_t batch, int64_t seq) const;
+
   int64_t num_parameters() const;
   const Gpt2Config& config() const { return config_; }
+  const ModelPart& part() const { return part_; }
+  const TensorParallel& tp() const { return part_.tp; }
+  // Names: local <-> the whole model's; how each is split over TP ranks.
+  std::string global_name(const std::string& local) const;
+  static TpSplit tp_split(const std::string& name);
+  // Whether a parameter's gradient counts in the global gradient norm on this
+  // rank: split ones always, replicated ones on TP rank 0, the last stage's
+  // copy of the tied embedding never (Megatron's rules).
+  bool counts_in_grad_norm(const std::string& local) const;
+
   // When set, block l runs as block_fn(l, x) instead of blocks[l](x) (ZeRO-3
   // gathers the block's parameters around it; see trainer/zero.h).
   std::function<torch::Tensor(size_t, const torch::Tensor&)> block_fn;
@@ -78,7 +135,11 @@ class Gpt2Impl : public torch::nn::Module {
   torch::nn::LayerNorm ln_f{nullptr};
 
  private:
+  void initialize();
   Gpt2Config config_;
+  ModelPart part_;
+  std::vector<int64_t> layers_;                    // global layer of each local block
+  std::vector<std::vector<size_t>> chunk_blocks_;  // local blocks of each chunk
 };
 TORCH_MODULE(Gpt2);
 

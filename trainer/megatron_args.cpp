@@ -67,8 +67,11 @@ std::map<std::string, Spec> specs() {
   i64("--eval-iters", &TrainArgs::eval_iters, "batches per validation");
   i64("--save-interval", &TrainArgs::save_interval, "iterations between checkpoints");
   i64("--exit-interval", &TrainArgs::exit_interval, "exit after this many iterations (a multiple)");
-  i64("--tensor-model-parallel-size", &TrainArgs::tensor_model_parallel_size, "only 1 is supported");
-  i64("--pipeline-model-parallel-size", &TrainArgs::pipeline_model_parallel_size, "only 1 is supported");
+  i64("--tensor-model-parallel-size", &TrainArgs::tensor_model_parallel_size, "ranks that split each layer (Megatron's 1D tensor parallelism)");
+  i64("--pipeline-model-parallel-size", &TrainArgs::pipeline_model_parallel_size, "pipeline stages (layers split evenly, 1F1B schedule)");
+  i64("--num-layers-per-virtual-pipeline-stage", &TrainArgs::num_layers_per_virtual_pipeline_stage,
+      "layers per virtual stage: each rank holds several chunks (interleaved 1F1B)");
+  flag("--sequence-parallel", &TrainArgs::sequence_parallel, "split LayerNorm and dropout regions along the sequence over the TP ranks");
   dbl("--lr", &TrainArgs::lr, "peak learning rate");
   dbl("--min-lr", &TrainArgs::min_lr, "final learning rate");
   dbl("--lr-warmup-fraction", &TrainArgs::lr_warmup_fraction, "warm-up as a fraction of --lr-decay-iters");
@@ -117,6 +120,16 @@ std::map<std::string, Spec> specs() {
   flag("--fp16", &TrainArgs::fp16, "fp16 with dynamic loss scaling (CUDA)");
   flag("--bf16", &TrainArgs::bf16, "bf16 (CUDA)");
   flag("--checkpoint-activations", &TrainArgs::checkpoint_activations, "recompute each layer in backward");
+  // Megatron-DeepSpeed's activation-checkpointing switches (its tutorials pass them with
+  // --checkpoint-activations): accepted, and what zerolm does instead is logged at start.
+  auto note = [&](const char* name, const char* what) {
+    m[name] = {Spec::Flag, [=](TrainArgs& a, const std::vector<std::string>&) { a.notes.push_back(std::string(name) + ": " + what); }, what};
+  };
+  note("--deepspeed-activation-checkpointing", "recomputation is zerolm's own (--checkpoint-activations), with the same RNG replay");
+  note("--partition-activations", "checkpointed layer inputs are not split over tensor-parallel ranks (use --sequence-parallel to split them)");
+  note("--contigious-checkpointing", "checkpointed layer inputs stay where autograd keeps them");
+  note("--checkpoint-in-cpu", "checkpointed layer inputs stay on the training device");
+  note("--synchronize-each-layer", "no extra synchronisation between layers");
   m["--seed"] = {Spec::Int, [](TrainArgs& a, const std::vector<std::string>& v) {
                    int64_t s = to_int("--seed", v[0]);
                    if (s < 0 || s > UINT32_MAX) throw Error(ErrorKind::Usage, "--seed must be in [0, 2^32)");
@@ -138,7 +151,7 @@ std::map<std::string, Spec> specs() {
 // Known Megatron flags that zerolm does not implement yet: a clear error, not a silent skip.
 const std::set<std::string>& unsupported() {
   static const std::set<std::string> s = {
-      "--num-layers-per-virtual-pipeline-stage", "--sequence-parallel", "--recompute-granularity",
+      "--recompute-granularity",
       "--recompute-method", "--use-flash-attn", "--position-embedding-type", "--swiglu", "--untie-embeddings-and-output-weights",
       "--ffn-hidden-size", "--kv-channels", "--group-query-attention", "--num-query-groups", "--tensorboard-dir",
       "--eod-mask-loss", "--reset-position-ids", "--reset-attention-mask", "--finetune",
@@ -218,11 +231,9 @@ TrainArgs parse_megatron_args(int argc, const char* const* argv, std::string* he
   need(a.data_impl == "mmap" || a.data_impl == "infer", "--data-impl: only mmap datasets exist since 2023");
   need(a.tokenizer_type == "GPT2BPETokenizer", "--tokenizer-type: pretrain_gpt supports GPT2BPETokenizer");
   need(!a.vocab_file.empty(), "--vocab-file is required (the vocabulary size and EOD come from it)");
-  if (a.tensor_model_parallel_size != 1)
-    throw Error(ErrorKind::Usage, "--tensor-model-parallel-size %ld: tensor parallelism is not supported yet (use 1)", (long)a.tensor_model_parallel_size);
-  if (a.pipeline_model_parallel_size != 1)
-    throw Error(ErrorKind::Usage, "--pipeline-model-parallel-size %ld: pipeline parallelism is not supported yet (use 1)",
-                (long)a.pipeline_model_parallel_size);
+  need(a.tensor_model_parallel_size >= 1 && a.pipeline_model_parallel_size >= 1,
+       "--tensor-model-parallel-size and --pipeline-model-parallel-size must be at least 1");
+  need(a.num_layers_per_virtual_pipeline_stage >= 0, "--num-layers-per-virtual-pipeline-stage must be positive");
   need(a.distributed_backend == "nccl" || a.distributed_backend == "gloo", "--distributed-backend must be nccl or gloo");
   need(a.device == "auto" || a.device == "cpu" || a.device == "cuda", "--device must be auto, cpu or cuda");
   for (const auto& [w, p] : a.data_path) need(w >= 0, "--data-path weights must be non-negative");
@@ -234,6 +245,42 @@ TrainArgs parse_megatron_args(int argc, const char* const* argv, std::string* he
   need(a.master_port >= 0 && a.master_port < 65536, "--master-port must be a port number");
   need(a.distributed_timeout_minutes > 0, "--distributed-timeout-minutes must be positive");
   return a;
+}
+
+void check_parallel_layout(const TrainArgs& a, int world) {
+  const int64_t tp = a.tensor_model_parallel_size, pp = a.pipeline_model_parallel_size, L = a.num_layers;
+  if (world % (tp * pp) != 0)
+    throw Error(ErrorKind::Usage, "%d ranks cannot form --tensor-model-parallel-size %ld x --pipeline-model-parallel-size %ld groups: "
+                "the world size must be a multiple of %ld", world, (long)tp, (long)pp, (long)(tp * pp));
+  const int64_t dp = world / (tp * pp);
+  if (a.num_attention_heads % tp != 0)
+    throw Error(ErrorKind::Usage, "--num-attention-heads %ld is not divisible by --tensor-model-parallel-size %ld",
+                (long)a.num_attention_heads, (long)tp);
+  if (L % pp != 0)
+    throw Error(ErrorKind::Usage, "--num-layers %ld is not divisible by --pipeline-model-parallel-size %ld", (long)L, (long)pp);
+  if (a.sequence_parallel && tp > 1 && a.seq_length % tp != 0)
+    throw Error(ErrorKind::Usage, "--sequence-parallel: --seq-length %ld is not divisible by --tensor-model-parallel-size %ld",
+                (long)a.seq_length, (long)tp);
+  if (a.global_batch_size % (a.micro_batch_size * dp) != 0)
+    throw Error(ErrorKind::Usage, "--global-batch-size %ld is not a multiple of --micro-batch-size %ld times the data-parallel size %ld",
+                (long)a.global_batch_size, (long)a.micro_batch_size, (long)dp);
+  const int64_t micro = a.global_batch_size / (a.micro_batch_size * dp);
+  if (const int64_t n = a.num_layers_per_virtual_pipeline_stage; n > 0) {
+    if (pp < 2) throw Error(ErrorKind::Usage, "--num-layers-per-virtual-pipeline-stage needs --pipeline-model-parallel-size of 2 or more");
+    if ((L / pp) % n != 0)
+      throw Error(ErrorKind::Usage, "--num-layers-per-virtual-pipeline-stage %ld does not divide the %ld layers of each of the %ld stages",
+                  (long)n, (long)(L / pp), (long)pp);
+    if ((L / pp) / n > 1 && micro % pp != 0)
+      throw Error(ErrorKind::Usage, "the interleaved schedule needs the %ld micro-batches per step (global batch / (micro batch x data "
+                  "parallel)) to be a multiple of --pipeline-model-parallel-size %ld", (long)micro, (long)pp);
+    if ((L / pp) / n > 1 && a.zero_stage >= 2)
+      throw Error(ErrorKind::Usage, "--zero-stage %ld with the interleaved pipeline schedule: ZeRO-2/3 reduce per micro-batch, which "
+                  "interleaved chunks do not have; use --zero-stage 0 or 1 (Megatron's distributed optimizer)", (long)a.zero_stage);
+  }
+  if (pp > 1 && a.zero_stage == 3)
+    throw Error(ErrorKind::Usage, "--zero-stage 3 with --pipeline-model-parallel-size %ld: stage 3 gathers parameters around each layer, "
+                "which pipeline stages do not share (DeepSpeed's pipeline engine refuses ZeRO-2/3 likewise); use --zero-stage 0-2",
+                (long)pp);
 }
 
 int64_t TrainArgs::warmup_iters() const {

@@ -1,7 +1,6 @@
 // pretrain_gpt's command line: Megatron-LM's pretrain_gpt.py flags, parsed
 // strictly. An unknown flag is an error naming it; a known Megatron flag we do
-// not support yet (or a value we do not support, such as a tensor parallel size
-// above 1) is an error saying so; nothing is silently ignored. Pure C++ (no
+// not support yet is an error saying so; nothing is silently ignored. Pure C++ (no
 // LibTorch), so it is unit-tested in every build.
 //
 //   zlm::trainer::TrainArgs args = zlm::trainer::parse_megatron_args(argc, argv);
@@ -47,6 +46,8 @@ struct TrainArgs {
   // distribution
   std::string distributed_backend = "nccl";
   int64_t tensor_model_parallel_size = 1, pipeline_model_parallel_size = 1;
+  int64_t num_layers_per_virtual_pipeline_stage = 0;  // 0: one chunk per stage
+  bool sequence_parallel = false;
   std::string device = "auto";  // zerolm: auto | cpu | cuda
   double distributed_timeout_minutes = 10;  // fractions allowed (tests use seconds)
   // ZeRO (issue: Megatron-DeepSpeed's --zero-stage / --cpu-optimizer, or DeepSpeed's JSON)
@@ -58,6 +59,7 @@ struct TrainArgs {
   // Starting local ranks (torchrun / the deepspeed launcher do this otherwise)
   int64_t nproc_per_node = 0, nnodes = 1, node_rank = 0, master_port = 0;
   std::string master_addr;
+  std::vector<std::string> notes;  // accepted tuning flags that zerolm handles its own way (printed at start)
   int64_t local_rank_flag = -1;  // --local_rank from the deepspeed launcher (checked against LOCAL_RANK)
 
   int64_t train_samples_total() const { return train_samples ? train_samples : train_iters * global_batch_size; }
@@ -66,11 +68,20 @@ struct TrainArgs {
   int64_t test_samples() const { return eval_iters * global_batch_size; }
   int64_t warmup_iters() const;
   int64_t decay_iters() const { return lr_decay_iters ? lr_decay_iters : total_iters(); }
+  // Virtual pipeline chunks per rank (1 without --num-layers-per-virtual-pipeline-stage).
+  int64_t pipeline_chunks() const {
+    return num_layers_per_virtual_pipeline_stage > 0 ? num_layers / pipeline_model_parallel_size / num_layers_per_virtual_pipeline_stage : 1;
+  }
 };
 
 // argv[1..] -> TrainArgs. Throws zlm::Error(Usage) with the flag's name; "--help"
 // throws nothing and sets *help (when given) to the usage text.
 TrainArgs parse_megatron_args(int argc, const char* const* argv, std::string* help = nullptr);
+
+// The tensor x pipeline x data-parallel layout on `world` ranks: a clear error
+// naming the numbers when the world, the layers, the heads, the sequence or
+// the batch do not divide, or when a ZeRO stage cannot combine with the pipeline.
+void check_parallel_layout(const TrainArgs& args, int world);
 
 // Megatron's OptimizerParamScheduler learning rate after `iteration` completed
 // iterations (warm-up from 0, then cosine/linear/constant decay to min_lr).

@@ -22,6 +22,7 @@ struct Slot {
   torch::Tensor param;  // the module's parameter (its data is swapped, never the object)
   int64_t offset = 0, numel = 0;
   std::vector<int64_t> shape;
+  bool in_norm = true;  // counts in the gradient norm on this rank (ZeroConfig::in_norm)
 };
 
 struct Bucket {
@@ -73,16 +74,19 @@ struct ZeroEngine::Impl {
     W = comm.world();
     rank = comm.rank();
     pin = z.offload_optimizer && d.is_cuda();
-    const int64_t L = m->config().num_layers;
-    buckets.resize(static_cast<size_t>(L + 1));
+    const auto L = static_cast<int64_t>(m->blocks->size());
+    buckets.resize(static_cast<size_t>(L + 1) + cfg.own_buckets.size());
     for (int64_t l = 0; l <= L; ++l) buckets[static_cast<size_t>(l)].block = static_cast<int>(l) - 1;
-    // Assign parameters: "blocks.<l>.*" to block l, everything else to the outer bucket.
+    // Assign parameters: "blocks.<l>.*" to block l, those named in own_buckets
+    // to a bucket each (after the blocks), everything else to the outer bucket.
     std::vector<std::vector<Slot>> decay(buckets.size()), no_decay(buckets.size());
     for (const auto& item : m->named_parameters()) {
       const std::string& name = item.key();
       size_t b = 0;
       if (name.rfind("blocks.", 0) == 0) b = 1 + std::stoul(name.substr(7, name.find('.', 7) - 7));
-      Slot s{name, item.value(), 0, item.value().numel(), item.value().sizes().vec()};
+      auto own = std::find(cfg.own_buckets.begin(), cfg.own_buckets.end(), name);
+      if (own != cfg.own_buckets.end()) b = static_cast<size_t>(L + 1 + (own - cfg.own_buckets.begin()));
+      Slot s{name, item.value(), 0, item.value().numel(), item.value().sizes().vec(), !cfg.in_norm || cfg.in_norm(name)};
       (item.value().dim() >= 2 ? decay : no_decay)[b].push_back(s);
     }
     const int64_t unit = static_cast<int64_t>(W) * cfg.align;
@@ -143,10 +147,12 @@ struct ZeroEngine::Impl {
       k.exp_avg = zeros_on(k.own_len, opt_device, pin);
       k.exp_avg_sq = zeros_on(k.own_len, opt_device, pin);
     }
-    // Stages 2 and 3: reduce a bucket's gradients as soon as backward produced them all.
-    for (size_t b = buckets.size(); b-- > 1;)
-      if (buckets[b].hooked) hooked_order.push_back(b);
-    if (buckets[0].hooked) hooked_order.push_back(0);
+    // Reduce a bucket's gradients as soon as backward produced them all, in
+    // reverse model order: blocks L..1, the outer bucket, the buckets of their own.
+    for (size_t b = static_cast<size_t>(L + 1); b-- > 1;) hooked_order.push_back(b);
+    hooked_order.push_back(0);
+    for (size_t b = static_cast<size_t>(L + 1); b < buckets.size(); ++b) hooked_order.push_back(b);
+    std::erase_if(hooked_order, [&](size_t b) { return !buckets[b].hooked || buckets[b].slots.empty(); });
     for (size_t b : hooked_order)
       for (auto& s : buckets[b].slots) {
         auto acc = torch::autograd::impl::grad_accumulator(s.param);
@@ -175,7 +181,7 @@ struct ZeroEngine::Impl {
   // ---- hooked buckets, launched in one fixed order on every rank: on every
   // micro-batch at stage 2, on the last one at stages 0 and 1 (the gradients
   // accumulate in the full buffers until then).
-  bool reduce_this_micro_batch() const { return cfg.stage >= 2 || micro_done + 1 >= micro_total; }
+  bool reduce_this_micro_batch() const { return cfg.stage >= 2 || (cfg.overlap && micro_done + 1 >= micro_total); }
   void param_ready(size_t b) {
     std::lock_guard<std::mutex> lock(mu);
     if (!reduce_this_micro_batch()) return;
@@ -308,7 +314,7 @@ struct GatheredBlockFn : public torch::autograd::Function<GatheredBlockFn> {
     Bucket& k = impl->buckets[static_cast<size_t>(bucket)];
     ctx->saved_data["impl"] = impl_ptr;
     ctx->saved_data["bucket"] = bucket;
-    save_for_recompute(ctx, x);
+    save_for_recompute(ctx, x, impl->model->tp().rng);
     auto* block = impl->model->blocks[static_cast<size_t>(k.block)]->as<Gpt2BlockImpl>();
     impl->gather(static_cast<size_t>(bucket));
     impl->prefetch((static_cast<size_t>(bucket) + 1) % impl->buckets.size());  // the next block's forward, or the head's
@@ -347,7 +353,7 @@ struct GatheredEmbedFn : public torch::autograd::Function<GatheredEmbedFn> {
     ctx->save_for_backward({idx});
     torch::Tensor full = impl->gathered(0);
     impl->prefetch(1);  // the first block's forward
-    return gpt2_embed(idx, impl->view_of(k, full, "wte.weight"), impl->view_of(k, full, "wpe.weight"));
+    return gpt2_embed(idx, impl->view_of(k, full, "wte.weight"), impl->view_of(k, full, "wpe.weight"), impl->model->tp());
   }
   static torch::autograd::tensor_list backward(torch::autograd::AutogradContext* ctx, torch::autograd::tensor_list grads) {
     auto* impl = reinterpret_cast<ZeroEngine::Impl*>(ctx->saved_data["impl"].toInt());
@@ -356,9 +362,7 @@ struct GatheredEmbedFn : public torch::autograd::Function<GatheredEmbedFn> {
     torch::Tensor idx = ctx->get_saved_variables()[0], g = grads[0];
     if (!impl->outer_grad.defined()) impl->outer_grad = zeros_on(k.padded, impl->device, false);  // no head in this graph
     torch::Tensor wte = impl->view_of(k, impl->outer_grad, "wte.weight"), wpe = impl->view_of(k, impl->outer_grad, "wpe.weight");
-    auto pos = torch::arange(idx.size(1), idx.options());
-    wte.add_(at::embedding_backward(g, idx, wte.size(0), -1, false, false));
-    wpe.add_(at::embedding_backward(at::sum_to(g, c10::IntArrayRef{idx.size(1), g.size(-1)}), pos, wpe.size(0), -1, false, false));
+    gpt2_embed_backward(g, idx, wte, wpe, impl->model->tp());
     impl->reduce_flat_into_shard(k, impl->outer_grad);
     impl->outer_grad.reset();
     return {torch::Tensor(), torch::Tensor(), torch::Tensor()};
@@ -375,11 +379,13 @@ struct GatheredHeadFn : public torch::autograd::Function<GatheredHeadFn> {
     auto* impl = reinterpret_cast<ZeroEngine::Impl*>(impl_ptr);
     Bucket& k = impl->buckets[0];
     torch::Tensor full = impl->gathered(0);
-    if (!with_backward) return gpt2_head(x, impl->view_of(k, full, "wte.weight"), impl->view_of(k, full, "ln_f.weight"), impl->view_of(k, full, "ln_f.bias"));
+    const TensorParallel& tp = impl->model->tp();
+    if (!with_backward)
+      return gpt2_head(x, impl->view_of(k, full, "wte.weight"), impl->view_of(k, full, "ln_f.weight"), impl->view_of(k, full, "ln_f.bias"), tp);
     torch::AutoGradMode enable(true);
     std::vector<torch::Tensor> leaves{x.detach().requires_grad_(true)};
     for (const char* name : {"wte.weight", "ln_f.weight", "ln_f.bias"}) leaves.push_back(impl->view_of(k, full, name).detach().requires_grad_(true));
-    torch::Tensor y = gpt2_head(leaves[0], leaves[1], leaves[2], leaves[3]);
+    torch::Tensor y = gpt2_head(leaves[0], leaves[1], leaves[2], leaves[3], tp);
     ctx->saved_data["impl"] = impl_ptr;
     ctx->saved_data["y"] = y;
     ctx->saved_data["leaves"] = c10::List<torch::Tensor>(leaves);
@@ -452,27 +458,56 @@ void ZeroEngine::after_backward() {
 
 // Sum of squares in double without a double copy of the gradients: fp32 norms
 // of 64-element rows (exact to ~1e-7 each), squared and summed in double.
-// Every shard and bucket is a multiple of 64 elements long (ZeroConfig::align).
+// Every shard and bucket is a multiple of 64 elements long (ZeroConfig::align);
+// a parameter's part of one need not be.
+// A length that is not a multiple of 64 has its tail summed in double.
 static torch::Tensor sum_of_squares(const torch::Tensor& g) {
-  if (g.numel() % 64 != 0) return g.to(torch::kDouble).pow(2).sum();
-  return at::linalg_vector_norm(g.view({-1, 64}), 2, {1}).to(torch::kDouble).pow(2).sum();
+  const int64_t rows = g.numel() / 64 * 64;
+  auto tail = g.narrow(0, rows, g.numel() - rows).to(torch::kDouble).pow(2).sum();
+  if (rows == 0) return tail;
+  return at::linalg_vector_norm(g.narrow(0, 0, rows).view({-1, 64}), 2, {1}).to(torch::kDouble).pow(2).sum() + tail;
 }
 
-double ZeroEngine::reduce_grads(double grad_mult) {
+void ZeroEngine::reduce_grads(double grad_mult) {
   torch::NoGradGuard no_grad;
   auto& I = *impl_;
   I.finish_reduces();
-  if (I.cfg.stage <= 1)  // normally launched during the last backward already
+  if (I.cfg.stage <= 1)  // launched during the last backward already, unless overlap is off
     for (size_t b : I.hooked_order)
       if (!I.buckets[b].reduced) I.reduce_hooked(I.buckets[b]);
   I.finish_reduces();
+  if (grad_mult != 1.0)
+    for (auto& k : I.buckets) k.grad_shard.mul_(grad_mult);
+}
+
+torch::Tensor ZeroEngine::reduced_grad(const std::string& param) {
+  for (auto& k : impl_->buckets)
+    for (const auto& s : k.slots)
+      if (s.name == param) {
+        if (k.slots.size() != 1) throw Error(ErrorKind::Internal, "ZeRO: %s has no bucket of its own", param.c_str());
+        return k.grad_shard;
+      }
+  throw Error(ErrorKind::Internal, "ZeRO: no parameter %s", param.c_str());
+}
+
+double ZeroEngine::grad_sum_of_squares() {
+  torch::NoGradGuard no_grad;
+  auto& I = *impl_;
   auto sumsq = torch::zeros({1}, torch::TensorOptions().dtype(torch::kDouble).device(I.device));
   for (auto& k : I.buckets) {
-    if (grad_mult != 1.0) k.grad_shard.mul_(grad_mult);
-    sumsq += sum_of_squares(k.grad_shard).to(I.device);
+    bool all = true;
+    for (const auto& s : k.slots) all = all && s.in_norm;
+    if (all) {
+      sumsq += sum_of_squares(k.grad_shard).to(I.device);
+      continue;
+    }
+    for (const auto& s : k.slots) {  // the part of each counted parameter in the owned range
+      const int64_t lo = std::max(s.offset, k.own_begin), hi = std::min(s.offset + s.numel, k.own_begin + k.own_len);
+      if (s.in_norm && hi > lo) sumsq += sum_of_squares(k.grad_shard.narrow(0, lo - k.own_begin, hi - lo)).to(I.device);
+    }
   }
   if (I.cfg.stage > 0) I.comm.all_reduce_sum(sumsq);  // stage 0: every rank already holds every gradient
-  return std::sqrt(sumsq.item<double>());
+  return sumsq.item<double>();
 }
 
 void ZeroEngine::step(double lr, double clip_coef) {
@@ -517,7 +552,7 @@ void ZeroEngine::step(double lr, double clip_coef) {
   // and its synchronisation, so the asynchronous copies above may still run.
   if (I.cfg.stage >= 1 && I.W > 1)  // one rank owns everything already
     for (auto& k : I.buckets)
-      if (!k.sharded_params) I.comm.all_gather(k.flat_param, k.flat_param.narrow(0, k.own_begin, k.own_len).clone());
+      if (!k.sharded_params && k.padded > 0) I.comm.all_gather(k.flat_param, k.flat_param.narrow(0, k.own_begin, k.own_len).clone());
 }
 
 MemoryPlan ZeroEngine::plan() const {
@@ -589,7 +624,7 @@ ZeroEngine::FullState ZeroEngine::gather_state() {
   FullState s;
   s.step = step_;
   auto full_of = [&](const Bucket& k, const torch::Tensor& own) {
-    if (I.cfg.stage == 0) return own.to(torch::kCPU);
+    if (I.cfg.stage == 0 || k.padded == 0) return own.to(torch::kCPU);
     auto full = torch::empty({k.padded}, torch::TensorOptions().dtype(torch::kFloat).device(I.device));
     I.comm.all_gather(full, own.to(I.device).contiguous());
     return full.to(torch::kCPU);

@@ -1,5 +1,7 @@
 // ZeRO data parallelism for the GPT-2 trainer (stages 0-3, CPU offload), over
-// the collectives of trainer/comm.h.
+// the collectives of trainer/comm.h, on the data-parallel group: with tensor or
+// pipeline parallelism the model is this rank's part of it (trainer/gpt2_model.h)
+// and the communicator the ranks that hold the same part.
 //
 // Layout (every stage): the parameters are grouped into buckets, one per
 // transformer block plus one "outer" bucket (token and position embeddings,
@@ -43,6 +45,7 @@
 
 #include <torch/torch.h>
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -55,6 +58,15 @@ namespace zlm::trainer {
 
 struct ZeroConfig {
   int stage = 0;
+  // Reduce gradients from autograd hooks during the last backward (stages 0, 1).
+  // Off: after the whole step's backward passes (pipeline schedules, whose
+  // backward passes of micro-batches and chunks interleave).
+  bool overlap = true;
+  // Parameters that get a bucket of their own (the tied embedding with
+  // pipeline parallelism: the same shard on the first and the last stage).
+  std::vector<std::string> own_buckets;
+  // Whether a parameter's gradient counts in the norm on this rank (all when unset).
+  std::function<bool(const std::string&)> in_norm;
   bool offload_optimizer = false, offload_params = false;
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.01;
   int64_t align = 64;                   // elements; shards start on 256-byte boundaries
@@ -79,9 +91,15 @@ class ZeroEngine {
   // reduce_grads(); then step().
   void begin_step(int64_t micro_batches);
   void after_backward();
-  // Reduces what is left, multiplies every gradient by grad_mult (loss-scale
-  // and micro-batch factors), returns the global L2 norm (NaN/inf on overflow).
-  double reduce_grads(double grad_mult);
+  // Reduces what is left over the data-parallel group and multiplies every
+  // gradient by grad_mult (loss-scale and micro-batch factors).
+  void reduce_grads(double grad_mult);
+  // After reduce_grads: this rank's reduced gradient of a parameter that has a
+  // bucket of its own (ZeroConfig::own_buckets), padded: the owned range.
+  torch::Tensor reduced_grad(const std::string& param);
+  // The sum of squares of the counted gradients held by the data-parallel
+  // group (NaN/inf on overflow); the caller adds the other model-parallel ranks'.
+  double grad_sum_of_squares();
   // AdamW on this rank's shard with the given LR, gradients multiplied by
   // clip_coef first; then the parameters are brought up to date everywhere.
   void step(double lr, double clip_coef);
@@ -106,7 +124,6 @@ class ZeroEngine {
   };
   FullState gather_state();
   void load_state(const FullState& s);
-  int64_t adam_step() const { return step_; }
 
   struct Impl;  // defined in zero.cpp (public so its autograd function can reach it)
 

@@ -55,11 +55,12 @@ TEST(MegatronArgs, ErrorsNameTheFlag) {
   w.push_back("--no-such-flag");
   EXPECT_ZLM_ERROR(parse(w), ErrorKind::Usage, "unknown flag '--no-such-flag'");
   w = tutorial();
-  w.push_back("--sequence-parallel");
-  EXPECT_ZLM_ERROR(parse(w), ErrorKind::Usage, "--sequence-parallel is a Megatron flag that zerolm's pretrain_gpt does not support yet");
+  w.push_back("--recompute-granularity");
+  w.push_back("full");
+  EXPECT_ZLM_ERROR(parse(w), ErrorKind::Usage, "--recompute-granularity is a Megatron flag that zerolm's pretrain_gpt does not support yet");
   w = tutorial();
-  w[1] = "2";
-  EXPECT_ZLM_ERROR(parse(w), ErrorKind::Usage, "tensor parallelism is not supported yet");
+  w[1] = "0";
+  EXPECT_ZLM_ERROR(parse(w), ErrorKind::Usage, "--tensor-model-parallel-size and --pipeline-model-parallel-size must be at least 1");
   w = tutorial();
   w[5] = "24x";
   EXPECT_ZLM_ERROR(parse(w), ErrorKind::Usage, "--num-layers: '24x' is not an integer");
@@ -109,6 +110,42 @@ TEST(LossScaler, DynamicBackoffHysteresisAndGrowth) {
   fixed.update(true);
   fixed.update(false);
   EXPECT_EQ(fixed.scale(), 128);
+}
+
+// The tensor x pipeline x data layout: every impossible combination is refused
+// before any work, naming the numbers.
+TEST(MegatronArgs, ParallelLayout) {
+  auto w = tutorial();  // 24 layers, 16 heads
+  w[1] = "4";           // the Megatron-DeepSpeed tutorial: TP 4
+  auto a = parse(w);
+  EXPECT_EQ(a.tensor_model_parallel_size, 4);
+  EXPECT_NO_THROW(check_parallel_layout(a, 4));
+  EXPECT_NO_THROW(check_parallel_layout(a, 8));
+  EXPECT_ZLM_ERROR(check_parallel_layout(a, 6), ErrorKind::Usage, "6 ranks cannot form --tensor-model-parallel-size 4 x --pipeline-model-parallel-size 1");
+  a.num_attention_heads = 6;
+  EXPECT_ZLM_ERROR(check_parallel_layout(a, 4), ErrorKind::Usage, "--num-attention-heads 6 is not divisible by --tensor-model-parallel-size 4");
+  a = parse(w);
+  a.tensor_model_parallel_size = 1;
+  a.pipeline_model_parallel_size = 5;
+  EXPECT_ZLM_ERROR(check_parallel_layout(a, 5), ErrorKind::Usage, "--num-layers 24 is not divisible by --pipeline-model-parallel-size 5");
+  a.pipeline_model_parallel_size = 2;
+  a.zero_stage = 3;
+  EXPECT_ZLM_ERROR(check_parallel_layout(a, 4), ErrorKind::Usage, "--zero-stage 3 with --pipeline-model-parallel-size 2");
+  a.zero_stage = 1;
+  a.num_layers_per_virtual_pipeline_stage = 5;
+  EXPECT_ZLM_ERROR(check_parallel_layout(a, 2), ErrorKind::Usage, "--num-layers-per-virtual-pipeline-stage 5 does not divide the 12 layers");
+  a.num_layers_per_virtual_pipeline_stage = 3;
+  EXPECT_EQ(a.pipeline_chunks(), 4);
+  a.global_batch_size = a.micro_batch_size * 3;
+  EXPECT_ZLM_ERROR(check_parallel_layout(a, 2), ErrorKind::Usage, "needs the 3 micro-batches per step");
+  a.global_batch_size = a.micro_batch_size * 4;
+  EXPECT_NO_THROW(check_parallel_layout(a, 2));
+  a.zero_stage = 2;
+  EXPECT_ZLM_ERROR(check_parallel_layout(a, 2), ErrorKind::Usage, "--zero-stage 2 with the interleaved pipeline schedule");
+  a = parse(w);
+  a.sequence_parallel = true;
+  a.seq_length = 1026;
+  EXPECT_ZLM_ERROR(check_parallel_layout(a, 4), ErrorKind::Usage, "--seq-length 1026 is not divisible by --tensor-model-parallel-size 4");
 }
 
 }  // namespace

@@ -24,12 +24,31 @@ def losses(run):
     return out
 
 
+def join(parts, dim, groups):
+    """The whole tensor from its tensor-parallel parts (see trainer/parallel.h, TpSplit)."""
+    if dim < 0 or len(parts) == 1:
+        return parts[0]
+    shape = list(parts[0].shape)
+    m = shape[dim]
+    view = shape[:dim] + [groups, 1, m // groups] + shape[dim + 1:]
+    whole = torch.cat([p.reshape(view) for p in parts], dim + 1)
+    shape[dim] = m * len(parts)
+    return whole.reshape(shape)
+
+
 def checkpoint(run):
+    """Iteration and whole-model tensors of the latest checkpoint, any TP/PP layout."""
     it = open(os.path.join(run, "latest_checkpointed_iteration.txt")).read().strip()
-    m = torch.jit.load(os.path.join(run, "iter_%07d" % int(it), "mp_rank_00", "model_optim_rng.pt"))
-    state = {"param/" + k: v for k, v in m.model.named_parameters()}
-    state.update({"exp_avg/" + k: v for k, v in m.optimizer.exp_avg.named_parameters()})
-    state.update({"exp_avg_sq/" + k: v for k, v in m.optimizer.exp_avg_sq.named_parameters()})
+    d = os.path.join(run, "iter_%07d" % int(it))
+    pieces = {}  # key -> {tp rank: tensor}
+    for sub in sorted(os.listdir(d)):
+        m = torch.jit.load(os.path.join(d, sub, "model_optim_rng.pt"))
+        tp = int(sub.split("_")[2])
+        parts = {k: tuple(v.tolist()) for k, v in m.partition.named_parameters()} if hasattr(m, "partition") else {}
+        for prefix, mod in (("param/", m.model), ("exp_avg/", m.optimizer.exp_avg), ("exp_avg_sq/", m.optimizer.exp_avg_sq)):
+            for k, v in mod.named_parameters():
+                pieces.setdefault(prefix + k, ({}, parts.get(k, (-1, 1))))[0][tp] = v.detach().clone()
+    state = {k: join([by_tp[t] for t in sorted(by_tp)], *split) for k, (by_tp, split) in pieces.items()}
     return int(it), state
 
 

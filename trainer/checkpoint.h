@@ -1,0 +1,48 @@
+// Checkpoints in Megatron's directory layout:
+//   DIR/latest_checkpointed_iteration.txt            the iteration, written last
+//   DIR/iter_0000500/mp_rank_00/model_optim_rng.pt      without pipeline parallelism
+//   DIR/iter_0000500/mp_rank_01_002/model_optim_rng.pt  tensor rank 1, pipeline stage 2
+// Each file is written by data-parallel rank 0 of its (tensor, pipeline) rank
+// and holds that part of the model: fp32 weights and Adam moments under the
+// whole model's parameter names, cut for its tensor-parallel rank ("partition":
+// the dimension and groups of each cut), the layout it was saved with
+// ("parallel": TP, PP, virtual chunks, its TP and PP rank), the run's counters,
+// the model shape ("config") and its RNG states. Python reads a file with
+// torch.jit.load. Files go into iter_N.tmp.PID first; the directory is renamed
+// when every file is complete and only then does the tracker point at it.
+//
+// Any layout resumes any other: a rank reads the files that hold its layers,
+// joins the tensor-parallel parts and cuts its own (a different padded
+// vocabulary is trimmed, or padded by repeating the last row, as Megatron's
+// checkpoint converter does, with a warning).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "trainer/gpt2_model.h"
+#include "trainer/megatron_args.h"
+#include "trainer/parallel.h"
+#include "trainer/zero.h"
+
+namespace zlm::trainer {
+
+struct RunState {
+  int64_t iteration = 0, consumed_train = 0, consumed_valid = 0;
+};
+
+// Collective: every rank calls it.
+void save_checkpoint(const std::string& dir, Gpt2& model, ZeroEngine& engine, ProcessGrid& grid, const RngTracker& rng,
+                     const RunState& st);
+
+// Every rank reads what its part needs. Returns false (and warns) when `a.load`
+// has no checkpoint but is also the --save directory (Megatron's tutorial
+// pattern starts fresh there); throws zlm::Error otherwise.
+bool load_checkpoint(const TrainArgs& a, Gpt2& model, ZeroEngine& engine, ProcessGrid& grid, RngTracker& rng, RunState& st);
+
+// The whole model of the latest checkpoint in `dir`, any layout (eval mode, on
+// CPU); sets *iteration. Throws zlm::Error naming the file when it is missing or damaged.
+Gpt2 load_model(const std::string& dir, int64_t* iteration);
+
+}  // namespace zlm::trainer

@@ -1,0 +1,256 @@
+#include "trainer/parallel.h"
+
+#include <mutex>
+
+#include "common/error.h"
+#include "common/log.h"
+
+namespace zlm::trainer {
+
+ProcessGrid::ProcessGrid(Comm& world, int tp, int pp) : world_(world), tp_size_(tp), pp_size_(pp) {
+  const int W = world.world();
+  if (tp < 1 || pp < 1 || W % (tp * pp) != 0)
+    throw Error(ErrorKind::Usage, "world size %d is not divisible by tensor-parallel size %d x pipeline-parallel size %d", W, tp, pp);
+  dp_size_ = W / (tp * pp);
+  const int r = world.rank();
+  tp_rank_ = r % tp;
+  dp_rank_ = (r / tp) % dp_size_;
+  pp_rank_ = r / (tp * dp_size_);
+  // Every group, in one global order; each rank joins the ones it belongs to
+  // (a member blocks until all members joined, so the order must be the same everywhere).
+  auto join = [&](std::unique_ptr<Comm>& slot, const std::string& name, const std::vector<int>& ranks) {
+    for (int m : ranks)
+      if (m == r) slot = world.new_group(name, ranks);
+  };
+  for (int p = 0; p < pp; ++p)
+    for (int d = 0; d < dp_size_; ++d) {
+      std::vector<int> g;
+      for (int t = 0; t < tp; ++t) g.push_back(global_rank(t, d, p));
+      join(tp_, strprintf("tp_%d_%d", d, p), g);
+    }
+  for (int p = 0; p < pp; ++p)
+    for (int t = 0; t < tp; ++t) {
+      std::vector<int> g;
+      for (int d = 0; d < dp_size_; ++d) g.push_back(global_rank(t, d, p));
+      join(dp_, strprintf("dp_%d_%d", t, p), g);
+    }
+  for (int d = 0; d < dp_size_; ++d)
+    for (int t = 0; t < tp; ++t) {
+      std::vector<int> g;
+      for (int p = 0; p < pp; ++p) g.push_back(global_rank(t, d, p));
+      join(pp_, strprintf("pp_%d_%d", t, d), g);
+    }
+  for (int d = 0; d < dp_size_; ++d) {
+    std::vector<int> g;
+    for (int p = 0; p < pp; ++p)
+      for (int t = 0; t < tp; ++t) g.push_back(global_rank(t, d, p));
+    join(mp_, strprintf("mp_%d", d), g);
+  }
+  if (pp > 1)
+    for (int d = 0; d < dp_size_; ++d)
+      for (int t = 0; t < tp; ++t) join(embedding_, strprintf("emb_%d_%d", t, d), {global_rank(t, d, 0), global_rank(t, d, pp - 1)});
+}
+
+std::string ProcessGrid::describe() const {
+  std::string s;
+  for (int p = 0; p < pp_size_; ++p)
+    for (int d = 0; d < dp_size_; ++d)
+      for (int t = 0; t < tp_size_; ++t)
+        s += strprintf("     rank %3d: tensor-parallel rank %d, data-parallel rank %d, pipeline stage %d\n", global_rank(t, d, p), t, d, p);
+  return s;
+}
+
+std::vector<std::vector<int64_t>> stage_layers(int64_t layers, int stages, int chunks, int stage) {
+  const int64_t n = layers / (static_cast<int64_t>(stages) * chunks);
+  std::vector<std::vector<int64_t>> out(static_cast<size_t>(chunks));
+  for (int v = 0; v < chunks; ++v)
+    for (int64_t i = 0; i < n; ++i) out[static_cast<size_t>(v)].push_back((static_cast<int64_t>(v) * stages + stage) * n + i);
+  return out;
+}
+
+torch::Tensor swap_rng_state(const torch::Device& device, const torch::Tensor& state) {
+  auto gen = at::globalContext().defaultGenerator(device);
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  torch::Tensor before = gen.get_state();
+  if (state.defined()) gen.set_state(state);
+  return before;
+}
+
+void RngTracker::seed(const torch::Device& device, uint64_t seed, uint64_t tracker_seed) {
+  device_ = device;
+  auto gen = at::globalContext().defaultGenerator(device);
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  gen.set_current_seed(tracker_seed);
+  state_ = gen.get_state();
+  gen.set_current_seed(seed);
+}
+
+RngTracker::Fork::Fork(RngTracker& tracker) : t(tracker) {
+  before = swap_rng_state(t.device_, t.state_);
+  t.forked_ = true;
+}
+
+RngTracker::Fork::~Fork() {
+  t.state_ = swap_rng_state(t.device_, before);
+  t.forked_ = false;
+}
+
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::tensor_list;
+
+Comm& comm_of(AutogradContext* ctx) { return *reinterpret_cast<Comm*>(ctx->saved_data["comm"].toInt()); }
+int64_t ptr(const TensorParallel& tp) { return reinterpret_cast<int64_t>(tp.comm); }
+
+torch::Tensor all_reduced(const torch::Tensor& x, Comm& c) {
+  auto y = x.contiguous().clone();
+  c.all_reduce_sum(y);
+  return y;
+}
+
+// (B, t, ...) on each rank -> (B, n * t, ...), rank r's part at [r * t, (r + 1) * t).
+torch::Tensor all_gather_seq(const torch::Tensor& x, Comm& c) {
+  const int64_t n = c.world();
+  auto in = x.contiguous();
+  auto full = torch::empty({n * in.numel()}, in.options());
+  c.all_gather(full, in.view({-1}));
+  std::vector<int64_t> shape{n};
+  shape.insert(shape.end(), in.sizes().begin(), in.sizes().end());
+  std::vector<int64_t> out = in.sizes().vec();
+  out[1] *= n;
+  return full.view(shape).transpose(0, 1).reshape(out);
+}
+
+// (B, T, ...) -> (B, T / n, ...): rank r gets the sum over ranks of rows [r * T/n, (r + 1) * T/n).
+torch::Tensor reduce_scatter_seq(const torch::Tensor& x, Comm& c) {
+  const int64_t n = c.world();
+  std::vector<int64_t> sizes = x.sizes().vec(), split{sizes[0], n, sizes[1] / n};
+  split.insert(split.end(), sizes.begin() + 2, sizes.end());
+  auto in = x.reshape(split).transpose(0, 1).contiguous().view({-1});
+  auto out = torch::empty({in.numel() / n}, x.options());
+  c.reduce_scatter_sum(out, in);
+  sizes[1] /= n;
+  return out.view(sizes);
+}
+
+torch::Tensor own_chunk(const torch::Tensor& x, int64_t n, int64_t rank) {
+  const int64_t t = x.size(1) / n;
+  return x.narrow(1, rank * t, t).contiguous();
+}
+
+struct CopyToTp : torch::autograd::Function<CopyToTp> {
+  static torch::Tensor forward(AutogradContext* ctx, torch::Tensor x, int64_t comm) {
+    ctx->saved_data["comm"] = comm;
+    return x.view_as(x);
+  }
+  static tensor_list backward(AutogradContext* ctx, tensor_list g) { return {all_reduced(g[0], comm_of(ctx)), torch::Tensor()}; }
+};
+
+struct ReduceFromTp : torch::autograd::Function<ReduceFromTp> {
+  static torch::Tensor forward(AutogradContext* ctx, torch::Tensor x, int64_t comm) {
+    return all_reduced(x, *reinterpret_cast<Comm*>(comm));
+  }
+  static tensor_list backward(AutogradContext*, tensor_list g) { return {g[0], torch::Tensor()}; }
+};
+
+struct ScatterToSp : torch::autograd::Function<ScatterToSp> {
+  static torch::Tensor forward(AutogradContext* ctx, torch::Tensor x, int64_t comm) {
+    ctx->saved_data["comm"] = comm;
+    Comm& c = *reinterpret_cast<Comm*>(comm);
+    return own_chunk(x, c.world(), c.rank());
+  }
+  static tensor_list backward(AutogradContext* ctx, tensor_list g) { return {all_gather_seq(g[0], comm_of(ctx)), torch::Tensor()}; }
+};
+
+struct GatherFromSp : torch::autograd::Function<GatherFromSp> {
+  static torch::Tensor forward(AutogradContext* ctx, torch::Tensor x, int64_t comm) {
+    ctx->saved_data["comm"] = comm;
+    return all_gather_seq(x, *reinterpret_cast<Comm*>(comm));
+  }
+  static tensor_list backward(AutogradContext* ctx, tensor_list g) { return {reduce_scatter_seq(g[0], comm_of(ctx)), torch::Tensor()}; }
+};
+
+struct ReduceScatterToSp : torch::autograd::Function<ReduceScatterToSp> {
+  static torch::Tensor forward(AutogradContext* ctx, torch::Tensor x, int64_t comm) {
+    ctx->saved_data["comm"] = comm;
+    return reduce_scatter_seq(x, *reinterpret_cast<Comm*>(comm));
+  }
+  static tensor_list backward(AutogradContext* ctx, tensor_list g) { return {all_gather_seq(g[0], comm_of(ctx)), torch::Tensor()}; }
+};
+
+// Megatron's vocab-parallel cross-entropy: three all-reduces (max, target
+// logit, sum of exp) in fp32; the gradient is softmax - one-hot on the rank's rows.
+struct VocabParallelCE : torch::autograd::Function<VocabParallelCE> {
+  static torch::Tensor forward(AutogradContext* ctx, torch::Tensor logits, torch::Tensor target, int64_t comm, int64_t rank) {
+    Comm& c = *reinterpret_cast<Comm*>(comm);
+    const int64_t V = logits.size(-1), lo = rank * V;
+    auto shifted = logits.to(torch::kFloat, /*non_blocking=*/false, /*copy=*/true);
+    auto mx = std::get<0>(shifted.max(-1)).contiguous();
+    c.all_reduce_max(mx);
+    shifted.sub_(mx.unsqueeze(-1));
+    auto out_of_range = (target < lo).logical_or(target >= lo + V);
+    auto local = (target - lo).masked_fill(out_of_range, 0);
+    auto pred = shifted.gather(-1, local.unsqueeze(-1)).squeeze(-1).masked_fill(out_of_range, 0).contiguous();
+    c.all_reduce_sum(pred);
+    auto e = shifted.exp_();
+    auto sum = e.sum(-1).contiguous();
+    c.all_reduce_sum(sum);
+    auto loss = sum.log() - pred;
+    e.div_(sum.unsqueeze(-1));  // softmax over the full vocabulary, this rank's columns
+    ctx->save_for_backward({e, local, out_of_range});
+    ctx->saved_data["dtype"] = static_cast<int64_t>(logits.scalar_type());
+    return loss;
+  }
+  static tensor_list backward(AutogradContext* ctx, tensor_list g) {
+    auto saved = ctx->get_saved_variables();
+    torch::Tensor grad = saved[0], local = saved[1], outside = saved[2];
+    grad.scatter_add_(-1, local.unsqueeze(-1), (outside.to(grad.dtype()) - 1).unsqueeze(-1));
+    grad.mul_(g[0].unsqueeze(-1));
+    return {grad.to(static_cast<at::ScalarType>(ctx->saved_data["dtype"].toInt())), torch::Tensor(), torch::Tensor(), torch::Tensor()};
+  }
+};
+
+}  // namespace
+
+torch::Tensor copy_to_tp(const torch::Tensor& x, const TensorParallel& tp) { return tp.active() ? CopyToTp::apply(x, ptr(tp)) : x; }
+torch::Tensor reduce_from_tp(const torch::Tensor& x, const TensorParallel& tp) { return tp.active() ? ReduceFromTp::apply(x, ptr(tp)) : x; }
+torch::Tensor scatter_to_sp(const torch::Tensor& x, const TensorParallel& tp) { return tp.sp() ? ScatterToSp::apply(x, ptr(tp)) : x; }
+torch::Tensor gather_from_sp(const torch::Tensor& x, const TensorParallel& tp) { return tp.sp() ? GatherFromSp::apply(x, ptr(tp)) : x; }
+torch::Tensor reduce_scatter_to_sp(const torch::Tensor& x, const TensorParallel& tp) {
+  return tp.sp() ? ReduceScatterToSp::apply(x, ptr(tp)) : x;
+}
+
+torch::Tensor vocab_parallel_cross_entropy(const torch::Tensor& logits, const torch::Tensor& targets, const TensorParallel& tp) {
+  return VocabParallelCE::apply(logits, targets, ptr(tp), static_cast<int64_t>(tp.rank));
+}
+
+torch::Tensor tp_slice(const torch::Tensor& full, TpSplit split, int size, int rank) {
+  if (split.dim < 0 || size == 1) return full;
+  std::vector<int64_t> s = full.sizes().vec();
+  const auto d = static_cast<size_t>(split.dim);
+  const int64_t n = s[d];
+  if (n % (split.groups * size) != 0)
+    throw Error(ErrorKind::Usage, "a dimension of %ld is not divisible into %d groups over %d tensor-parallel ranks", (long)n, split.groups, size);
+  std::vector<int64_t> v(s.begin(), s.begin() + split.dim);
+  v.insert(v.end(), {split.groups, size, n / (split.groups * size)});
+  v.insert(v.end(), s.begin() + split.dim + 1, s.end());
+  s[d] = n / size;
+  return full.reshape(v).select(split.dim + 1, rank).reshape(s).clone();
+}
+
+torch::Tensor tp_concat(const std::vector<torch::Tensor>& parts, TpSplit split) {
+  if (split.dim < 0 || parts.size() == 1) return parts.at(0);
+  std::vector<int64_t> s = parts[0].sizes().vec();
+  const auto d = static_cast<size_t>(split.dim);
+  const int64_t m = s[d];
+  std::vector<int64_t> v(s.begin(), s.begin() + split.dim);
+  v.insert(v.end(), {split.groups, 1, m / split.groups});
+  v.insert(v.end(), s.begin() + split.dim + 1, s.end());
+  std::vector<torch::Tensor> r;
+  for (const auto& p : parts) r.push_back(p.reshape(v));
+  s[d] = m * static_cast<int64_t>(parts.size());
+  return torch::cat(r, split.dim + 1).reshape(s);
+}
+
+}  // namespace zlm::trainer

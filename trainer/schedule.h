@@ -1,0 +1,76 @@
+// How one training step's micro-batches run forward and backward through this
+// rank's part of the model (Megatron's schedules, core/pipeline_parallel):
+//   one stage           forward and backward of each micro-batch in turn;
+//   stages, one chunk   1F1B: min(stages - stage - 1, M) forward passes to fill
+//                       the pipeline, then one forward and one backward in turn,
+//                       then the remaining backward passes: a stage holds at
+//                       most stages - stage activations, whatever M is;
+//   stages, V chunks    interleaved 1F1B: forward step k runs chunk
+//                       (k mod stages*V) div stages, backward step k the mirror
+//                       chunk; warm-up 2 (stages - stage - 1) + (V - 1) stages.
+// Activations go to the next stage (the last stage's chunk v to the first
+// stage's chunk v + 1) and their gradients back, as point-to-point messages on
+// the pipeline group: sends are asynchronous, receives wait, so no stage waits
+// for one that waits for it. Each message kind has its tag (forward, backward).
+#pragma once
+
+#include <torch/torch.h>
+
+#include <deque>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "trainer/comm.h"
+
+namespace zlm::trainer {
+
+struct StageFns {
+  // Chunk v's forward of micro-batch m; `input` is undefined on the first
+  // chunk of the first stage (the function reads the tokens). Returns the
+  // activation, or the loss on the last chunk of the last stage.
+  std::function<torch::Tensor(size_t v, int64_t m, const torch::Tensor& input)> forward;
+  // Backpropagates `out` with gradient `grad` (undefined: `out` is the loss, to be scaled).
+  std::function<void(const torch::Tensor& out, const torch::Tensor& grad)> backward;
+  // After each backward pass of a whole micro-batch through the stage (ZeRO-2 hooks).
+  std::function<void()> after_backward;
+};
+
+class PipelineSchedule {
+ public:
+  // pp: the pipeline group (this rank's stage is its rank); chunks: virtual
+  // stages on this rank; activation: the shape and options of what passes between stages.
+  PipelineSchedule(Comm& pp, size_t chunks, std::vector<int64_t> activation, torch::TensorOptions options);
+  // Forward and backward of `micro` micro-batches; returns the sum of their
+  // losses on the last stage (a device tensor; zero elsewhere).
+  torch::Tensor train(int64_t micro, const StageFns& fns);
+  // Forward passes only (evaluation, no autograd).
+  torch::Tensor evaluate(int64_t micro, const StageFns& fns);
+  // Most activations this stage holds at once during train() (the memory plan).
+  int64_t max_in_flight(int64_t micro) const;
+
+ private:
+  struct Held {
+    torch::Tensor in, out;
+  };
+  int64_t warmup(int64_t micro) const;
+  size_t forward_chunk(int64_t k) const;
+  size_t backward_chunk(int64_t k) const;
+  torch::Tensor run_forward(int64_t k, const StageFns& fns, bool grad);
+  void run_backward(int64_t k, const StageFns& fns);
+  bool first(size_t v) const { return stage_ == 0 && v == 0; }
+  bool last(size_t v) const { return stage_ == stages_ - 1 && v + 1 == chunks_; }
+
+  Comm& pp_;
+  int stage_, stages_;
+  size_t chunks_;
+  std::vector<int64_t> shape_;
+  torch::TensorOptions options_;
+  std::vector<int64_t> forwards_, backwards_;  // per chunk: micro-batches done
+  std::vector<std::deque<Held>> held_;         // per chunk: forward passes awaiting their backward
+  std::vector<std::unique_ptr<Comm::Pending>> sends_;
+  std::vector<torch::Tensor> sent_;            // alive until their sends complete
+  torch::Tensor loss_;
+};
+
+}  // namespace zlm::trainer
