@@ -61,7 +61,7 @@ if [[ -x $BIN/pretrain_gpt ]]; then
     --data-path "$OUT/work/gpt2_text_document" --vocab-file $DATA/gpt2/gpt2-vocab.json --merge-file $DATA/gpt2/gpt2-merges.txt \
     --log-interval 20 --eval-interval 50 --eval-iters 4 --hidden-dropout 0 --attention-dropout 0 \
     --save "$OUT/checkpoints" --distributed-backend nccl --nproc-per-node 2 --zero-stage 2 2>&1 | tee "$OUT/train.log" |
-    grep --line-buffered -E "iteration|validation|data parallel|memory plan|\(fp32\)" >&2
+    grep --line-buffered -E "iteration|validation|data parallel|memory plan|rank [0-9]+: [0-9]+ parameters" >&2
   t_train1=$(date +%s.%N)
   say "generate_gpt: a sample from the trained model"
   $BIN/generate_gpt --load "$OUT/checkpoints" --prompt "The city council said" --vocab-file $DATA/gpt2/gpt2-vocab.json \
