@@ -26,8 +26,8 @@ try:
     import numpy as np
     import torch
     import torch.nn.functional as F
-    from megatron.core.datasets.indexed_dataset import IndexedDataset
     from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
+    from megatron_samples import sample_reader
 except ImportError as e:  # pragma: no cover
     print("skipped:", e)
     sys.exit(77)
@@ -88,19 +88,8 @@ sched = OptimizerParamScheduler(opt, init_lr=0.0, max_lr=LR, min_lr=MIN_LR, lr_w
                                 wd_incr_steps=ITERS * GLOBAL, wd_incr_style="constant")
 sched.step(increment=GLOBAL)  # iteration 1 is done
 
-# Megatron's GPTDataset sample i: shuffle_idx -> sample_idx -> (doc_idx position, offset) pairs.
-ds = IndexedDataset(DATA)
-prefix = os.path.join(WORK, "cache", os.path.basename(DATA) + "_train_indexmap_%dns_%dsl_%ds" % (ITERS * GLOBAL, SEQ, SEED))
-doc_idx, sample_idx, shuffle_idx = (np.load(prefix + s + "_idx.npy") for s in ("_doc", "_sample", "_shuffle"))
-
-
-def sample(i):
-    j = shuffle_idx[i]
-    (d0, o0), (d1, o1) = sample_idx[j], sample_idx[j + 1]
-    if d0 == d1:
-        return ds.get(doc_idx[d0], offset=o0, length=o1 - o0 + 1)
-    parts = [ds.get(doc_idx[d0], offset=o0)] + [ds.get(doc_idx[d]) for d in range(d0 + 1, d1)] + [ds.get(doc_idx[d1], length=o1 + 1)]
-    return np.concatenate(parts)
+# Megatron's GPTDataset samples, from the index arrays pretrain_gpt cached.
+sample = sample_reader(DATA, os.path.join(WORK, "cache", os.path.basename(DATA) + "_train_indexmap_%dns_%dsl_%ds" % (ITERS * GLOBAL, SEQ, SEED)))
 
 
 losses = {}
