@@ -120,6 +120,9 @@ std::map<std::string, Spec> specs() {
   flag("--fp16", &TrainArgs::fp16, "fp16 with dynamic loss scaling (CUDA)");
   flag("--bf16", &TrainArgs::bf16, "bf16 (CUDA)");
   flag("--checkpoint-activations", &TrainArgs::checkpoint_activations, "recompute each layer in backward");
+  m["--no-check-for-nan-in-loss-and-grad"] = {Spec::Flag, [](TrainArgs& a, const std::vector<std::string>&) { a.check_for_nan = false; },
+                                              "train on when the loss or the gradient norm is NaN/inf (default: stop)"};
+  flag("--check-for-nan-in-loss-and-grad", &TrainArgs::check_for_nan, "stop when the loss or the gradient norm is NaN/inf (the default)");
   // Megatron-DeepSpeed's activation-checkpointing switches (its tutorials pass them with
   // --checkpoint-activations): accepted, and what zerolm does instead is logged at start.
   auto note = [&](const char* name, const char* what) {

@@ -514,6 +514,14 @@ void Trainer::train_step() {
   if (pl_.fp16) scaler_.update(found_inf);
   const double loss_avg = mean_loss(loss_sum, micro_);
   last_skipped_ = found_inf && pl_.fp16;
+  // Megatron's --check-for-nan-in-loss-and-grad: a NaN/inf that is not an fp16
+  // overflow (those are skipped) stops the run before the update, so no NaN
+  // state is ever stepped into or saved.
+  if (a_.check_for_nan && !last_skipped_ && (!std::isfinite(grad_norm) || !std::isfinite(loss_avg)))
+    throw Error(ErrorKind::Format, "iteration %ld: the %s is %s; stopping before the update (the last checkpoint is unchanged) ---> HINT: "
+                "a lower --lr, --clip-grad, or --bf16 instead of --fp16 (--no-check-for-nan-in-loss-and-grad trains on)",
+                (long)st_.iteration + 1, std::isfinite(loss_avg) ? "gradient norm" : "loss",
+                std::isnan(std::isfinite(loss_avg) ? grad_norm : loss_avg) ? "NaN" : "infinite");
   last_grad_norm_ = grad_norm;
   if (last_skipped_) {  // Megatron skips the update and counts it
     ++skipped_iters_;

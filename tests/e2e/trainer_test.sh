@@ -67,6 +67,21 @@ echo "garbage" > part/iter_0000300/mp_rank_00/model_optim_rng.pt
 if $BIN/pretrain_gpt "${common[@]}" --load part > bad.log 2>&1; then echo "FAIL: corrupt checkpoint accepted"; exit 1; fi
 grep -q 'cannot load the checkpoint' bad.log
 
+# A diverging run (--lr 1e30) stops at the first NaN/inf loss or gradient norm, before the update,
+# saving nothing (Megatron's --check-for-nan-in-loss-and-grad); the run's earlier checkpoint stays.
+if $BIN/pretrain_gpt "${common[@]}" --lr 1e30 --lr-warmup-iters 0 --save-interval 1 --save diverge > diverge.log 2>&1; then
+  echo "FAIL: a diverging run exited 0"; exit 1
+fi
+grep -q 'error: iteration [0-9]*: the \(loss\|gradient norm\) is \(NaN\|infinite\); stopping before the update' diverge.log || { cat diverge.log; exit 1; }
+$SRC/.venv/bin/python - diverge <<'PYEOF' 2>/dev/null || [[ ! -e diverge/latest_checkpointed_iteration.txt ]]
+import math, os, sys, torch
+d = sys.argv[1]
+it = int(open(os.path.join(d, "latest_checkpointed_iteration.txt")).read())
+m = torch.jit.load(os.path.join(d, "iter_%07d" % it, "mp_rank_00", "model_optim_rng.pt"))
+assert all(torch.isfinite(p).all() for p in m.model.parameters()), "a NaN checkpoint was saved"
+PYEOF
+if $BIN/pretrain_gpt "${common[@]}" --lr 1e30 --lr-warmup-iters 0 --train-iters 4 --eval-iters 0 --no-check-for-nan-in-loss-and-grad \
+    > diverge_on.log 2>&1; then :; else echo "FAIL: --no-check-for-nan-in-loss-and-grad stopped"; cat diverge_on.log; exit 1; fi
 # An unknown flag is named; the tutorial's --fp16 on CPU warns and trains in fp32 (checked above by the run itself).
 if $BIN/pretrain_gpt "${common[@]}" --no-such-flag > flag.log 2>&1; then echo "FAIL: unknown flag accepted"; exit 1; fi
 grep -q "unknown flag '--no-such-flag'" flag.log
