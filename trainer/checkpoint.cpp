@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <memory>
 
@@ -82,6 +83,25 @@ void read_nested(torch::serialize::InputArchive& ar, const std::vector<std::stri
   }
 }
 
+// A 64-bit checksum of a tensor's bytes (8 bytes per multiply; any damaged
+// byte changes it), recorded for every tensor at save and verified at load:
+// torch's archive reader does not check the zip CRCs.
+torch::Tensor checksum(const torch::Tensor& t) {
+  const torch::Tensor c = t.contiguous().cpu();
+  const auto* p = static_cast<const unsigned char*>(c.data_ptr());
+  const size_t n = static_cast<size_t>(c.numel()) * c.element_size();
+  uint64_t h = 0x9E3779B97F4A7C15ULL ^ n;
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    uint64_t w;
+    std::memcpy(&w, p + i, 8);
+    h = (h ^ w) * 0x100000001B3ULL;
+    h ^= h >> 29;
+  }
+  for (; i < n; ++i) h = (h ^ p[i]) * 0x100000001B3ULL;
+  return torch::tensor(static_cast<int64_t>(h));
+}
+
 torch::Tensor read_tensor(torch::serialize::InputArchive& ar, const char* key) {  // a fresh tensor: read() resizes a defined one
   torch::Tensor t;
   ar.read(key, t);
@@ -159,6 +179,22 @@ class CheckpointReader {
       opt.read("exp_avg_sq", v);
       read_nested(m, names, "", slot->exp_avg);
       read_nested(v, names, "", slot->exp_avg_sq);
+      torch::serialize::InputArchive sums;
+      if (ar.try_read("checksum", sums)) {  // checkpoints from before checksums have none
+        std::vector<std::string> keys;
+        for (const auto& n : names)
+          for (const char* kind : {"model.", "exp_avg.", "exp_avg_sq."}) keys.push_back(kind + n);
+        std::map<std::string, torch::Tensor> want;
+        read_nested(sums, keys, "", want);
+        for (const auto& [key, expected] : want) {
+          const std::string name = key.substr(key.find('.') + 1);
+          const auto& map = key.rfind("model.", 0) == 0 ? slot->params : key.rfind("exp_avg_sq.", 0) == 0 ? slot->exp_avg_sq : slot->exp_avg;
+          if (checksum(map.at(name)).item<int64_t>() != expected.item<int64_t>())
+            throw Error(ErrorKind::Format, "%s: tensor %s is damaged (its checksum differs from the one saved with it) ---> HINT: "
+                        "resume from an earlier iteration (edit latest_checkpointed_iteration.txt) or re-copy the file",
+                        file_path.c_str(), key.c_str());
+        }
+      }
       slot->rng_cpu = read_tensor(ar, "rng_cpu");
       torch::Tensor t2;
       if (ar.try_read("rng_tracker", t2)) slot->rng_tracker = t2;
@@ -241,6 +277,15 @@ void save_checkpoint(const std::string& dir, Gpt2& model, ZeroEngine& engine, Pr
     write_nested(m_ar, m);
     write_nested(v_ar, v);
     write_nested(part_ar, partition);
+    std::map<std::string, torch::Tensor> sums;
+    for (const auto& [g, t] : params) {
+      sums["model." + g] = checksum(t);
+      sums["exp_avg." + g] = checksum(m.at(g));
+      sums["exp_avg_sq." + g] = checksum(v.at(g));
+    }
+    torch::serialize::OutputArchive sum_ar;
+    write_nested(sum_ar, sums);
+    archive.write("checksum", sum_ar);
     opt_ar.write("exp_avg", m_ar);
     opt_ar.write("exp_avg_sq", v_ar);
     opt_ar.write("step", torch::tensor(full.step));

@@ -7,7 +7,9 @@
 // whole model's parameter names, cut for its tensor-parallel rank ("partition":
 // the dimension and groups of each cut), the layout it was saved with
 // ("parallel": TP, PP, virtual chunks, its TP and PP rank), the run's counters,
-// the model shape ("config") and its RNG states. Python reads a file with
+// the model shape ("config"), its RNG states, and a checksum of every tensor
+// ("checksum"; torch's reader does not check the zip CRCs), verified on every
+// read: a damaged file is an error naming the tensor. Python reads a file with
 // torch.jit.load. Files go into iter_N.tmp.PID first; the directory is renamed
 // when every file is complete and only then does the tracker point at it.
 //
