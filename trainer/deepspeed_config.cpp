@@ -67,7 +67,7 @@ struct Reader {
 
 bool deepspeed_config_supported() { return true; }
 
-DeepSpeedSettings apply_deepspeed_config(TrainArgs& a, const std::string& path, int world_size) {
+DeepSpeedSettings apply_deepspeed_config(TrainArgs& a, const std::string& path, int dp_size) {
   DeepSpeedSettings out;
   Reader r{path, out};
   json cfg;
@@ -84,7 +84,8 @@ DeepSpeedSettings apply_deepspeed_config(TrainArgs& a, const std::string& path, 
             "memory_breakdown", "dump_state"},
            "DeepSpeed logging/profiling or communication tuning; zerolm logs in Megatron's format, reduces in fp32 and "
            "takes activation checkpointing from --checkpoint-activations");
-    // Batch sizes: DeepSpeed requires train_batch_size = micro * accumulation * world size.
+    // Batch sizes: DeepSpeed requires train_batch_size = micro * accumulation * data-parallel size
+    // (its engine divides the tensor and pipeline ranks out of the world).
     int64_t micro = a.micro_batch_size, global = a.global_batch_size;
     if (cfg.contains("train_micro_batch_size_per_gpu")) {
       int64_t m = r.integer(cfg, "", "train_micro_batch_size_per_gpu");
@@ -99,10 +100,10 @@ DeepSpeedSettings apply_deepspeed_config(TrainArgs& a, const std::string& path, 
     }
     if (cfg.contains("gradient_accumulation_steps")) {
       int64_t acc = r.integer(cfg, "", "gradient_accumulation_steps");
-      if (!cfg.contains("train_batch_size")) global = micro * acc * world_size;
-      if (global != micro * acc * world_size)
-        r.fail("gradient_accumulation_steps", strprintf("train_batch_size %ld != micro batch %ld * accumulation %ld * world size %d",
-                                                        (long)global, (long)micro, (long)acc, world_size));
+      if (!cfg.contains("train_batch_size")) global = micro * acc * dp_size;
+      if (global != micro * acc * dp_size)
+        r.fail("gradient_accumulation_steps", strprintf("train_batch_size %ld != micro batch %ld * accumulation %ld * data-parallel size %d",
+                                                        (long)global, (long)micro, (long)acc, dp_size));
     }
     if (micro <= 0 || global <= 0 || global % micro != 0)
       r.fail("train_batch_size", strprintf("%ld is not a multiple of the micro batch size %ld", (long)global, (long)micro));

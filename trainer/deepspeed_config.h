@@ -30,7 +30,7 @@ struct DeepSpeedSettings {
 };
 
 // Reads `path` and updates `a`. Throws zlm::Error naming the file and the key.
-DeepSpeedSettings apply_deepspeed_config(TrainArgs& a, const std::string& path, int world_size);
+DeepSpeedSettings apply_deepspeed_config(TrainArgs& a, const std::string& path, int dp_size);
 
 bool deepspeed_config_supported();
 

@@ -299,7 +299,8 @@ class Trainer {
 Trainer::Trainer(const TrainArgs& args, const DistEnv& env) : a_(args), env_(env) {
   if (a_.deepspeed) {  // DeepSpeed's JSON decides ZeRO, precision and batch sizes, as under the deepspeed launcher
     if (a_.deepspeed_config.empty()) throw Error(ErrorKind::Usage, "--deepspeed needs --deepspeed_config FILE");
-    ds_ = apply_deepspeed_config(a_, a_.deepspeed_config, env.world_size);
+    const int64_t mp = a_.tensor_model_parallel_size * a_.pipeline_model_parallel_size;  // DeepSpeed's batch rule counts DP ranks
+    ds_ = apply_deepspeed_config(a_, a_.deepspeed_config, env.world_size % mp == 0 ? static_cast<int>(env.world_size / mp) : env.world_size);
   }
   if (a_.local_rank_flag >= 0 && a_.local_rank_flag != env.local_rank)
     throw Error(ErrorKind::Usage, "--local_rank %ld disagrees with LOCAL_RANK=%d", (long)a_.local_rank_flag, env.local_rank);

@@ -60,7 +60,7 @@ TEST_F(DeepSpeedConfig, ErrorsNameTheKey) {
                    "offload_optimizer.device: 'nvme' is not supported");
   EXPECT_ZLM_ERROR(apply(a, R"({"train_micro_batch_size_per_gpu": 2})"), ErrorKind::Usage, "disagrees with --micro-batch-size 4");
   EXPECT_ZLM_ERROR(apply(a, R"({"train_batch_size": 16, "gradient_accumulation_steps": 3})"), ErrorKind::Usage,
-                   "train_batch_size 16 != micro batch 4 * accumulation 3 * world size 2");
+                   "train_batch_size 16 != micro batch 4 * accumulation 3 * data-parallel size 2");
   EXPECT_ZLM_ERROR(apply(a, R"({"optimizer": {"type": "Lamb"}})"), ErrorKind::Usage, "optimizer.type: 'Lamb'");
   EXPECT_ZLM_ERROR(apply(a, "{\"fp16\": {\"enabled\": tru}}"), ErrorKind::Format, "not valid JSON");
 }

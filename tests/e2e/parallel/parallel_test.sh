@@ -17,7 +17,8 @@
 #  4. a checkpoint saved in one layout resumes in another (TP2xPP2 -> 1 rank,
 #     1 rank -> TP4, PP2xDP2 -> TP2xDP2 at another ZeRO stage) as the
 #     uninterrupted run continued;
-#  5. the Megatron-DeepSpeed tutorial's TP 4 command with its DeepSpeed JSON
+#  5. the Megatron-DeepSpeed tutorial's TP 4 command with its DeepSpeed JSON (its batch rule
+#     counts data-parallel ranks: 12 = 1 x 12 accumulation x DP 1)
 #     (ZeRO-3, cpu_offload, fp16: fp32 on CPU) under our launcher and torchrun;
 #  6. faults: a stage killed mid-step makes the launcher, or the other stage by
 #     itself, exit non-zero with a clear message; a hung stage is given up on
@@ -118,7 +119,7 @@ $BIN/convert_gpt --load tp2_pp2 --export-hf hf_from_tp2pp2 --vocab-file $DATA/gp
 
 # 5. the Megatron-DeepSpeed tutorial's TP 4 run: its flags and DeepSpeed JSON (ZeRO-3, cpu_offload, fp16).
 cat > ds_config.json <<'JSON'
-{"train_batch_size": 12, "train_micro_batch_size_per_gpu": 1, "steps_per_print": 1, "gradient_clipping": 0.5,
+{"train_batch_size": 12, "train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 12, "steps_per_print": 1, "gradient_clipping": 0.5,
  "zero_optimization": {"stage": 3, "cpu_offload": true, "contiguous_gradients": true, "overlap_comm": true,
                        "reduce_bucket_size": 50000000, "stage3_prefetch_bucket_size": 50000000},
  "fp16": {"enabled": true, "loss_scale": 0, "loss_scale_window": 1000, "hysteresis": 2, "min_loss_scale": 1, "initial_scale_power": 16},
