@@ -1,4 +1,4 @@
-// Counting malformed records the same way in every tool (conventions.md §6c):
+// Counting malformed records the same way in every tool (docs/design.md, "Conventions"):
 // each one is counted and logged with its place ("file:line"), the first
 // `log_first` one by one, and the run fails (zlm::Error Format) once more than
 // --max-bad-records have been seen (max < 0: never).

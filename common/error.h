@@ -1,4 +1,4 @@
-// Error handling for zerolm: the three classes of conventions.md §6.
+// Error handling for zerolm: the three classes of docs/design.md, "Conventions".
 //
 //  (a) Bugs / broken invariants: ZLM_CHECK(cond, fmt, ...) is always on and
 //      aborts with file:line; ZLM_DCHECK only in debug builds. Never on user input.

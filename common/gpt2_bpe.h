@@ -1,5 +1,5 @@
 // GPT-2 byte-level BPE: vocab.json + merges.txt, encode and decode
-// (megatron-compat.md §3; the legacy Megatron GPT2BPETokenizer).
+// (docs/compatibility.md, "Tokenizer"; the legacy Megatron GPT2BPETokenizer).
 //
 //   auto bpe = zlm::Gpt2Bpe::load("gpt2-vocab.json", "gpt2-merges.txt");
 //   zlm::BpeCache cache;                       // one per thread

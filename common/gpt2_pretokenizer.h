@@ -1,6 +1,6 @@
 // GPT-2 pre-tokenization: splits text into the pieces that BPE encodes
 // independently. Implements, as a hand-written scanner, the pattern
-// (megatron-compat.md §3.3; tiktoken's r50k/gpt2 pattern)
+// (docs/compatibility.md, "Tokenizer"; tiktoken's r50k/gpt2 pattern)
 //
 //   's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
 //

@@ -14,7 +14,7 @@
 // on the batches (see common/pipeline.h). A batch holds about `batch_bytes` of
 // line data, so memory is bounded by batch_bytes times the batches in flight.
 // A malformed record is a RecordStatus, never an exception: callers count and
-// report it with file:line and go on (conventions.md §6c). I/O and decompression
+// report it with file:line and go on (docs/design.md, "Conventions"). I/O and decompression
 // failures throw zlm::Error.
 #pragma once
 

@@ -1,4 +1,4 @@
-// Progress reporting by time, not by record count (conventions.md §8).
+// Progress reporting by time, not by record count (docs/design.md, "Conventions").
 //
 //   zlm::Progress progress({.label = "docs", .total_bytes = input_size});
 //   for (...) { progress.add(1, line.size()); progress.maybe_report(); }

@@ -1,5 +1,5 @@
 // URL filters of Megatron's tools/openwebtext/blacklist_urls.py
-// (megatron-compat.md §4.1), as pure functions usable from several threads.
+// (docs/compatibility.md, "OpenWebText scripts"), as pure functions usable from several threads.
 //
 //   zlm::UrlFilter filter(zlm::UrlFilterOptions{});           // built-in lists
 //   zlm::UrlVerdict v = filter.check(url);                    // all but "duplicate"

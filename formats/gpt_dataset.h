@@ -1,5 +1,5 @@
 // Megatron's GPTDataset sample indexing over a .bin/.idx dataset
-// (megatron-compat.md §5, legacy rules, which core reproduces for the default
+// (docs/compatibility.md, "GPTDataset sample indexing"; legacy rules, which core reproduces for the default
 // configuration): split ranges, epochs, doc_idx, sample_idx and shuffle_idx,
 // and reading sample i. Given the same dataset, split, sample count, sequence
 // length and seed, sample i is the same tokens Megatron feeds.
@@ -74,7 +74,7 @@ GptIndex build_gpt_index(const MegatronReader& data, DocRange docs, int64_t num_
 // Same from the per-document token counts alone (tests, and data without a reader).
 GptIndex build_gpt_index(std::span<const int32_t> sizes, DocRange docs, int64_t num_samples, int64_t seq_length, uint32_t seed);
 
-// Megatron's legacy index cache next to the data (megatron-compat.md §5.10):
+// Megatron's legacy index cache next to the data (docs/compatibility.md, "GPTDataset sample indexing"):
 // {prefix}_{split_name}_indexmap_{num_samples}ns_{seq_length}sl_{seed}s_{doc,sample,shuffle}_idx.npy
 // (doc_idx int32, sample_idx int32 (S+1, 2), shuffle_idx uint32; int64 where
 // the values need it). Loads the three files when they exist and are

@@ -1,5 +1,5 @@
 // Megatron-LM's indexed dataset: the MMIDIDX `.idx` + `.bin` pair.
-// Spec: megatron-compat.md §1 (restated here as the contract of this module).
+// The byte layout below is this module's contract (docs/compatibility.md, "The indexed dataset").
 //
 // `.bin`: the token ids of every sequence, concatenated in write order, each as
 // one little-endian element of the dataset dtype. No header, no padding.

@@ -3,7 +3,7 @@
 //   dict literal "{'descr': '<i4', 'fortran_order': False, 'shape': (3, 2), }"
 //   padded with spaces and a final '\n' so the data starts at a multiple of 64),
 //   then the C-order little-endian data.
-// Used for Megatron's GPTDataset index caches (megatron-compat.md §5.10).
+// Used for Megatron's GPTDataset index caches (docs/compatibility.md, "GPTDataset sample indexing").
 //
 //   zlm::formats::write_npy("x.npy", "<i4", {3, 2}, data, 24);   // atomic
 //   zlm::formats::NpyArray a = zlm::formats::read_npy("x.npy");  // throws zlm::Error naming the file

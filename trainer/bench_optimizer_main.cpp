@@ -1,6 +1,6 @@
 // zlm_bench_optimizer: seconds per optimizer step of the ZeRO engine on one
 // rank (the part of a step that DeepSpeed's users of CPU offload see dominate:
-// anchors.md, complaint 7), for a GPT-2 of the given shape. Each iteration runs
+// docs/benchmarks.md, "The optimizer step on the CPU"), for a GPT-2 of the given shape. Each iteration runs
 // one tiny forward/backward (untimed, so that the gradients come from the
 // engine's own hooks), then times reduce_grads() + the norm + step(): the gradient norm,
 // clipping and AdamW over every parameter, and with --offload the copies to and

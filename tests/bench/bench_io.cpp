@@ -1,5 +1,5 @@
 // I/O kernels: JSONL line reading + field extraction, and .bin/.idx writing.
-// Each benchmark checks its result before timing (conventions.md §17).
+// Each benchmark checks its result before timing (docs/design.md, "Conventions").
 // Input: the OpenWebText fixture JSONL (4.7 MB), repeated to ZLM_BENCH_MB (default 64).
 #include <benchmark/benchmark.h>
 

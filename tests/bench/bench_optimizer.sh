@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The optimizer step on the CPU, ours against DeepSpeed's CPU Adam (what
-# ZeRO-Offload runs; its users report this step dominating, anchors.md
-# complaint 7) and PyTorch's fused AdamW, over the parameters of the same
+# ZeRO-Offload runs; its users report this step dominating their iterations,
+# see docs/benchmarks.md) and PyTorch's fused AdamW, over the parameters of the same
 # GPT-2: seconds per step (gradient norm, clipping, AdamW), parameters per
 # second and the ratio. Ours is the ZeRO engine's step on one rank (stage 1),
 # with and without --offload (master weights apart from the parameters, copied

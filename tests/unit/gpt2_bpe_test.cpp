@@ -40,7 +40,7 @@ TEST(Gpt2Bpe, LoadsGpt2Files) {
   EXPECT_EQ(tiny().vocab_size(), 5000u);
 }
 
-// megatron-compat.md §3.6.
+// docs/compatibility.md, "Tokenizer".
 TEST(Gpt2Bpe, SpecTestVectors) {
   using V = std::vector<int32_t>;
   EXPECT_EQ(enc(full(), "Hello world"), (V{15496, 995}));

@@ -89,7 +89,7 @@ TEST(MegatronWriter, ReproducesNullTokenizerFixtureFromText) {
   EXPECT_EQ(slurp(dir.path("out.idx")), slurp(kNull + ".idx"));
 }
 
-// Bytes written by hand from the spec (megatron-compat.md §1.2).
+// Bytes written by hand from the spec (the layout in formats/megatron_mmap.h).
 TEST(MegatronWriter, IdxBytesMatchHandWrittenSpecExample) {
   std::vector<int32_t> sizes{3, 0, 2};
   std::vector<int64_t> doc_idx{0, 2, 2, 3};

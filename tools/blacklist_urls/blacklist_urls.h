@@ -1,5 +1,5 @@
 // blacklist_urls: Megatron's tools/openwebtext/blacklist_urls.py
-// (megatron-compat.md §4.1): drop URLs by domain blacklist, file extension,
+// (docs/compatibility.md, "OpenWebText scripts"): drop URLs by domain blacklist, file extension,
 // length, malformed form and duplicates (common/url_filter.h for the rules).
 //
 // Inputs: directories (their *.txt files in sorted order, as Megatron's

@@ -1,5 +1,5 @@
 // cleanup: Megatron's tools/openwebtext/cleanup_dataset.py and
-// cleanup_fix_dataset.py (megatron-compat.md §4.2-4.3).
+// cleanup_fix_dataset.py (docs/compatibility.md, "OpenWebText scripts").
 //
 // Default mode, per JSONL document in input order (any --workers):
 //   1. text = fix_text(text) (ftfy.fix_text equivalent, common/text_fix.h);

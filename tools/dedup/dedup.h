@@ -1,5 +1,5 @@
 // dedup: keep one document per group of near-duplicates (Megatron's
-// remove_group_duplicates.py, megatron-compat.md §4.6).
+// remove_group_duplicates.py, docs/compatibility.md).
 //
 // Groups come from group_dups ({"n": [ids]} lines). Streaming the data in input
 // order, a document whose id (--key, default "url") is in a group is kept only

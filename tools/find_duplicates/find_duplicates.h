@@ -1,6 +1,6 @@
 // find_duplicates: near-duplicate candidates by MinHash LSH with exact
 // Jaccard verification (Megatron's tools/openwebtext/find_duplicates.py,
-// megatron-compat.md §4.4), deterministic for any thread count.
+// docs/compatibility.md, "OpenWebText scripts"), deterministic for any thread count.
 //
 // 1. Fingerprint every document of --inputs (file key pairs; the id is the
 //    `key` field, the text the `text` field) and of --load-fingerprints files.

@@ -1,5 +1,5 @@
 // group_dups: groups of similar documents from find_duplicates' output
-// (Megatron's group_duplicate_url.py, megatron-compat.md §4.5).
+// (Megatron's group_duplicate_url.py, docs/compatibility.md).
 //
 // Each input line {"main": [{"other": sim}, ...]} links main with every other
 // whose similarity is >= threshold (default 0.7, as Megatron's script; its

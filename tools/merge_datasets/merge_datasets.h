@@ -1,4 +1,4 @@
-// merge_datasets: Megatron's tools/merge_datasets.py (megatron-compat.md §1.6).
+// merge_datasets: Megatron's tools/merge_datasets.py (docs/compatibility.md, "The indexed dataset").
 //
 // Every `<prefix>.bin`/`<prefix>.idx` pair in `input_dir` (non-recursive) is
 // appended, in Python string order of the prefixes, into `output_prefix`, with

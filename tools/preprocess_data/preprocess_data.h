@@ -1,5 +1,5 @@
 // preprocess_data: JSONL -> Megatron .bin/.idx, as Megatron-LM's
-// tools/preprocess_data.py (megatron-compat.md §2).
+// tools/preprocess_data.py (docs/compatibility.md, "preprocess_data").
 //
 // Per input line (in input order, for any --workers): parse the JSON, take the
 // string of each --json-keys key, optionally split it into sentences, tokenize
