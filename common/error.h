@@ -13,7 +13,7 @@
 //   ZLM_CHECK(n <= cap, "n=%zu cap=%zu", n, cap);
 //
 // Library code never prints and never exits; main() catches zlm::Error and maps
-// Usage -> exit 2, everything else -> exit 1 (see common/tool_main.h).
+// Usage -> exit 2, everything else -> exit 1 (each tool's main.cpp).
 #pragma once
 
 #include <cstdio>
