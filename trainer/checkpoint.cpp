@@ -138,7 +138,6 @@ class CheckpointReader {
                           .hidden_dropout = 0, .attention_dropout = 0};
       torch::Tensor par;
       if (ar.try_read("parallel", par)) layout = Layout{par[0].item<int64_t>(), par[1].item<int64_t>(), par[2].item<int64_t>()};
-      torch::Tensor opt_step;
       torch::serialize::InputArchive opt;
       ar.read("optimizer", opt);
       step = read_tensor(opt, "step").item<int64_t>();
@@ -146,6 +145,7 @@ class CheckpointReader {
       consumed_valid = read_tensor(ar, "consumed_valid_samples").item<int64_t>();
       torch::Tensor w;
       if (ar.try_read("world_size", w)) saved_world = w.item<int64_t>();
+      files_[{0, 0}] = read_shard(ar, first.string(), 0);  // the same archive: not read again
     });
   }
 
@@ -166,42 +166,49 @@ class CheckpointReader {
   ShardFile& file(int64_t t, int64_t p) {
     auto& slot = files_[{t, p}];
     if (slot) return *slot;
-    slot = std::make_unique<ShardFile>();
     const std::string file_path = path(t, p);
     guarded(file_path, [&] {
-      torch::serialize::InputArchive ar, model, opt, m, v;
+      torch::serialize::InputArchive ar;
       ar.load_from(file_path);
-      const auto names = stage_names(config.num_layers, layout, p);
-      ar.read("model", model);
-      read_nested(model, names, "", slot->params);
-      ar.read("optimizer", opt);
-      opt.read("exp_avg", m);
-      opt.read("exp_avg_sq", v);
-      read_nested(m, names, "", slot->exp_avg);
-      read_nested(v, names, "", slot->exp_avg_sq);
-      torch::serialize::InputArchive sums;
-      if (ar.try_read("checksum", sums)) {  // checkpoints from before checksums have none
-        std::vector<std::string> keys;
-        for (const auto& n : names)
-          for (const char* kind : {"model.", "exp_avg.", "exp_avg_sq."}) keys.push_back(kind + n);
-        std::map<std::string, torch::Tensor> want;
-        read_nested(sums, keys, "", want);
-        for (const auto& [key, expected] : want) {
-          const std::string name = key.substr(key.find('.') + 1);
-          const auto& map = key.rfind("model.", 0) == 0 ? slot->params : key.rfind("exp_avg_sq.", 0) == 0 ? slot->exp_avg_sq : slot->exp_avg;
-          if (checksum(map.at(name)).item<int64_t>() != expected.item<int64_t>())
-            throw Error(ErrorKind::Format, "%s: tensor %s is damaged (its checksum differs from the one saved with it) ---> HINT: "
-                        "resume from an earlier iteration (edit latest_checkpointed_iteration.txt) or re-copy the file",
-                        file_path.c_str(), key.c_str());
-        }
-      }
-      slot->rng_cpu = read_tensor(ar, "rng_cpu");
-      torch::Tensor t2;
-      if (ar.try_read("rng_tracker", t2)) slot->rng_tracker = t2;
-      torch::Tensor t3;
-      if (ar.try_read("rng_device", t3)) slot->rng_device = t3;
+      slot = read_shard(ar, file_path, p);
     });
     return *slot;
+  }
+
+  // The tensors of stage p's file, their checksums verified, and its RNG states.
+  std::unique_ptr<ShardFile> read_shard(torch::serialize::InputArchive& ar, const std::string& file_path, int64_t p) {
+    auto shard = std::make_unique<ShardFile>();
+    torch::serialize::InputArchive model, opt, m, v;
+    const auto names = stage_names(config.num_layers, layout, p);
+    ar.read("model", model);
+    read_nested(model, names, "", shard->params);
+    ar.read("optimizer", opt);
+    opt.read("exp_avg", m);
+    opt.read("exp_avg_sq", v);
+    read_nested(m, names, "", shard->exp_avg);
+    read_nested(v, names, "", shard->exp_avg_sq);
+    torch::serialize::InputArchive sums;
+    if (ar.try_read("checksum", sums)) {  // checkpoints from before checksums have none
+      std::vector<std::string> keys;
+      for (const auto& n : names)
+        for (const char* kind : {"model.", "exp_avg.", "exp_avg_sq."}) keys.push_back(kind + n);
+      std::map<std::string, torch::Tensor> want;
+      read_nested(sums, keys, "", want);
+      for (const auto& [key, expected] : want) {
+        const std::string name = key.substr(key.find('.') + 1);
+        const auto& map = key.rfind("model.", 0) == 0 ? shard->params : key.rfind("exp_avg_sq.", 0) == 0 ? shard->exp_avg_sq : shard->exp_avg;
+        if (checksum(map.at(name)).item<int64_t>() != expected.item<int64_t>())
+          throw Error(ErrorKind::Format, "%s: tensor %s is damaged (its checksum differs from the one saved with it) ---> HINT: "
+                      "resume from an earlier iteration (edit latest_checkpointed_iteration.txt) or re-copy the file",
+                      file_path.c_str(), key.c_str());
+      }
+    }
+    shard->rng_cpu = read_tensor(ar, "rng_cpu");
+    torch::Tensor t;
+    if (ar.try_read("rng_tracker", t)) shard->rng_tracker = t;
+    torch::Tensor d;
+    if (ar.try_read("rng_device", d)) shard->rng_device = d;
+    return shard;
   }
 
   std::string path(int64_t t, int64_t p) const { return (iter_dir_ / shard_name(layout, t, p) / "model_optim_rng.pt").string(); }
