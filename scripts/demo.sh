@@ -60,7 +60,8 @@ if [[ -x $BIN/pretrain_gpt ]]; then
     --min-lr 0.0002 --lr-warmup-iters 20 --weight-decay 0.01 --clip-grad 1.0 --split 949,50,1 \
     --data-path "$OUT/work/gpt2_text_document" --vocab-file $DATA/gpt2/gpt2-vocab.json --merge-file $DATA/gpt2/gpt2-merges.txt \
     --log-interval 20 --eval-interval 50 --eval-iters 4 --hidden-dropout 0 --attention-dropout 0 \
-    --save "$OUT/checkpoints" --distributed-backend nccl --nproc-per-node 2 --zero-stage 2 2>&1 | tee "$OUT/train.log" |
+    --save "$OUT/checkpoints" --tensorboard-dir "$OUT/tensorboard" --log-validation-ppl-to-tensorboard \
+    --distributed-backend nccl --nproc-per-node 2 --zero-stage 2 2>&1 | tee "$OUT/train.log" |
     grep --line-buffered -E "iteration|validation|data parallel|memory plan|rank [0-9]+: [0-9]+ parameters" >&2
   t_train1=$(date +%s.%N)
   say "generate_gpt: a sample from the trained model"
@@ -80,6 +81,7 @@ t1=$(date +%s.%N)
          "validation loss $(grep -m1 'validation loss at iteration' "$OUT/train.log" | sed 's/.*value: \([^ ]*\).*/\1/')" \
          "-> $(grep 'end of training for val' "$OUT/train.log" | sed 's/.*value: \([^ ]*\).*/\1/')"
     echo "sample: $OUT/sample.txt   loss curve: $OUT/loss.svg"
+    echo "TensorBoard: .venv/bin/tensorboard --logdir $OUT/tensorboard"
   fi
   printf 'total: %.1f s; outputs in %s/\n' "$(echo "$t1 - $t0" | bc -l)" "$OUT"
 } >&2

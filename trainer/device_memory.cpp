@@ -27,9 +27,15 @@ std::string cuda_memory_report(int rank, int64_t iteration, int device_index) {
 }
 
 int64_t cuda_peak_allocated(int device_index) { return stats(device_index).allocated_bytes[kAll].peak; }
+
+CudaMemoryNow cuda_memory_now(int device_index) {
+  auto s = stats(device_index);
+  return {s.reserved_bytes[kAll].current, s.allocated_bytes[kAll].current, s.allocation[kAll].current};
+}
 #else
 std::string cuda_memory_report(int, int64_t, int) { return ""; }
 int64_t cuda_peak_allocated(int) { return 0; }
+CudaMemoryNow cuda_memory_now(int) { return {}; }
 #endif
 
 bool enable_huge_pages_for_cpu_tensors() {

@@ -11,6 +11,12 @@ namespace zlm::trainer {
 std::string cuda_memory_report(int rank, int64_t iteration, int device_index);
 // Peak bytes allocated on the device so far (0 without CUDA).
 int64_t cuda_peak_allocated(int device_index);
+// The caching allocator's current reserved bytes, allocated bytes and number
+// of allocations (Megatron's --log-memory-to-tensorboard figures; zeros without CUDA).
+struct CudaMemoryNow {
+  int64_t reserved_bytes = 0, allocated_bytes = 0, allocated_count = 0;
+};
+CudaMemoryNow cuda_memory_now(int device_index);
 
 // CPU tensors of tens of MB (logits, activations, their gradients) are
 // allocated and freed on every micro-batch, and every first touch of a fresh

@@ -99,6 +99,21 @@ std::map<std::string, Spec> specs() {
   str("--distributed-backend", &TrainArgs::distributed_backend, "nccl or gloo");
   str("--data-cache-path", &TrainArgs::data_cache_path, "directory for the index caches (default: next to the data)");
   str("--metrics-out", &TrainArgs::metrics_out, "JSON lines of every logged metric (default: <save>/metrics.jsonl)");
+  str("--tensorboard-dir", &TrainArgs::tensorboard_dir, "write TensorBoard event files here (rank 0; Megatron's scalar tags)");
+  i64("--tensorboard-log-interval", &TrainArgs::tensorboard_log_interval, "iterations between TensorBoard training scalars (default 1)");
+  i64("--tensorboard-queue-size", &TrainArgs::tensorboard_queue_size, "TensorBoard scalars held before they are written (default 1000)");
+  flag("--log-timers-to-tensorboard", &TrainArgs::log_timers_to_tensorboard, "TensorBoard: iteration-time at every --log-interval");
+  flag("--log-batch-size-to-tensorboard", &TrainArgs::log_batch_size_to_tensorboard, "TensorBoard: batch-size");
+  flag("--log-validation-ppl-to-tensorboard", &TrainArgs::log_validation_ppl_to_tensorboard, "TensorBoard: lm loss validation ppl");
+  flag("--log-memory-to-tensorboard", &TrainArgs::log_memory_to_tensorboard, "TensorBoard: the CUDA allocator's mem-* figures (CUDA runs)");
+  flag("--log-world-size-to-tensorboard", &TrainArgs::log_world_size_to_tensorboard, "TensorBoard: world-size");
+  m["--no-log-learning-rate-to-tensorboard"] = {Spec::Flag, [](TrainArgs& a, const std::vector<std::string>&) { a.log_learning_rate_to_tensorboard = false; },
+                                                "TensorBoard: leave out learning-rate"};
+  m["--no-log-loss-scale-to-tensorboard"] = {Spec::Flag, [](TrainArgs& a, const std::vector<std::string>&) { a.log_loss_scale_to_tensorboard = false; },
+                                             "TensorBoard: leave out loss-scale"};
+  flag("--log-num-zeros-in-grad", &TrainArgs::log_num_zeros_in_grad, "count the zero gradient elements (log line, metrics, TensorBoard)");
+  flag("--log-params-norm", &TrainArgs::log_params_norm, "the parameters' L2 norm after each step (log line, metrics, TensorBoard)");
+  flag("--exit-signal-handler", &TrainArgs::exit_signal_handler, "on SIGTERM/SIGINT: finish the iteration, save a checkpoint (--save), exit 0");
   str("--device", &TrainArgs::device, "zerolm: auto, cpu or cuda");
   dbl("--distributed-timeout-minutes", &TrainArgs::distributed_timeout_minutes, "collective timeout: a silent rank is reported after it (fractions allowed)");
   i64("--zero-stage", &TrainArgs::zero_stage, "ZeRO stage: 0 replicated, 1 optimizer states, 2 + gradients, 3 + parameters sharded");
@@ -156,7 +171,7 @@ const std::set<std::string>& unsupported() {
   static const std::set<std::string> s = {
       "--recompute-granularity",
       "--recompute-method", "--use-flash-attn", "--position-embedding-type", "--swiglu", "--untie-embeddings-and-output-weights",
-      "--ffn-hidden-size", "--kv-channels", "--group-query-attention", "--num-query-groups", "--tensorboard-dir",
+      "--ffn-hidden-size", "--kv-channels", "--group-query-attention", "--num-query-groups",
       "--eod-mask-loss", "--reset-position-ids", "--reset-attention-mask", "--finetune",
       "--no-load-optim", "--no-load-rng", "--use-checkpoint-args", "--fp32-residual-connection", "--apply-query-key-layer-scaling",
       "--attention-softmax-in-fp32", "--accumulate-allreduce-grads-in-fp32", "--DDP-impl", "--num-workers",
@@ -228,6 +243,7 @@ TrainArgs parse_megatron_args(int argc, const char* const* argv, std::string* he
   need(!a.data_path.empty(), "--data-path is required");
   need(a.lr > 0, "--lr is required");
   need(a.log_interval > 0 && a.eval_interval > 0 && a.eval_iters >= 0, "--log-interval and --eval-interval must be positive");
+  need(a.tensorboard_log_interval > 0 && a.tensorboard_queue_size > 0, "--tensorboard-log-interval and --tensorboard-queue-size must be positive");
   need(a.lr_decay_style == "cosine" || a.lr_decay_style == "linear" || a.lr_decay_style == "constant",
        "--lr-decay-style must be cosine, linear or constant");
   need(!(a.fp16 && a.bf16), "--fp16 and --bf16 are exclusive");

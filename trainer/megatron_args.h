@@ -44,6 +44,14 @@ struct TrainArgs {
   std::string save, load;
   std::string data_cache_path;  // where the GPTDataset index caches go (default: next to the data)
   std::string metrics_out;  // JSON lines of every logged metric (default: <save>/metrics.jsonl)
+  // TensorBoard (trainer/tensorboard.h), Megatron's flags and defaults
+  std::string tensorboard_dir;
+  int64_t tensorboard_log_interval = 1, tensorboard_queue_size = 1000;
+  bool log_timers_to_tensorboard = false, log_batch_size_to_tensorboard = false, log_validation_ppl_to_tensorboard = false;
+  bool log_memory_to_tensorboard = false, log_world_size_to_tensorboard = false;
+  bool log_learning_rate_to_tensorboard = true, log_loss_scale_to_tensorboard = true;
+  bool log_num_zeros_in_grad = false, log_params_norm = false;
+  bool exit_signal_handler = false;  // SIGTERM/SIGINT: save a checkpoint before exiting
   // distribution
   std::string distributed_backend = "nccl";
   int64_t tensor_model_parallel_size = 1, pipeline_model_parallel_size = 1;

@@ -3,13 +3,16 @@
 #include <ATen/autocast_mode.h>
 #include <torch/torch.h>
 
+#include <atomic>
 #include <chrono>
+#include <csignal>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iomanip>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <tuple>
 
@@ -26,6 +29,7 @@
 #include "trainer/loss_scaler.h"
 #include "trainer/parallel.h"
 #include "trainer/schedule.h"
+#include "trainer/tensorboard.h"
 #include "trainer/zero.h"
 
 namespace zlm::trainer {
@@ -35,6 +39,19 @@ using formats::GptIndex;
 using formats::MegatronReader;
 
 namespace {
+
+// SIGTERM / SIGINT: the first one asks for a stop after the current iteration
+// (agreed by all ranks, see Trainer::mean_loss); the handler then resets
+// itself (SA_RESETHAND), so a second signal kills as usual.
+std::atomic<int> g_stop_signal{0};
+extern "C" void on_stop_signal(int sig) { g_stop_signal.store(sig); }
+void install_stop_handler() {
+  struct sigaction sa {};
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESETHAND | SA_RESTART;
+  for (int sig : {SIGTERM, SIGINT}) sigaction(sig, &sa, nullptr);
+}
 
 // The vocabulary size (entries of vocab.json) and the id of <|endoftext|>,
 // read without a JSON library (the trainer builds where simdjson is absent).
@@ -264,7 +281,9 @@ class Trainer {
   void build_model();
   void report_memory_plan();
   StageFns stage_fns(const SampleSource& src, int64_t consumed, double loss_grad_scale);
-  double mean_loss(const torch::Tensor& loss_sum, int64_t micro_batches);
+  double mean_loss(const torch::Tensor& loss_sum, int64_t micro_batches, bool* stop = nullptr);
+  void stop_on_signal();
+  double model_parallel_sum(double v);
   void train_step();
   void log_progress();
   void evaluate(const std::string& label, const SampleSource& src, int64_t* consumed);
@@ -285,6 +304,7 @@ class Trainer {
   std::unique_ptr<ZeroEngine> engine_;
   std::unique_ptr<PipelineSchedule> schedule_;
   std::unique_ptr<std::ofstream> metrics_;  // rank 0 writes every metric as a JSON line
+  std::unique_ptr<TensorBoardLog> tb_;      // rank 0, with --tensorboard-dir
   LossScaler scaler_{1, 1, 1, 1, false};
   RunState st_;
   // The current log interval.
@@ -292,7 +312,8 @@ class Trainer {
   int64_t interval_iters_ = 0, interval_advanced_ = 0;  // all iterations, and those not skipped
   int64_t skipped_iters_ = 0, nan_iters_ = 0;
   double last_grad_norm_ = 0;
-  bool last_skipped_ = false;
+  std::optional<double> last_num_zeros_, last_params_norm_;
+  bool last_skipped_ = false, stop_ = false;
   std::chrono::steady_clock::time_point interval_start_;
 };
 
@@ -405,6 +426,11 @@ void Trainer::build_model() {
     if (fs::path(metrics_path).has_parent_path()) fs::create_directories(fs::path(metrics_path).parent_path());
     metrics_ = std::make_unique<std::ofstream>(metrics_path, std::ios::app);
   }
+  if (!a_.tensorboard_dir.empty() && env_.rank == 0) {
+    tb_ = std::make_unique<TensorBoardLog>(a_);
+    ZLM_LOG_INF(" > TensorBoard events: %s (every %ld iterations)", tb_->path().c_str(), (long)a_.tensorboard_log_interval);
+    if (a_.log_memory_to_tensorboard && !pl_.cuda) ZLM_LOG_INF(" > note: --log-memory-to-tensorboard: a CPU run has no device allocator figures to log");
+  }
   report_memory_plan();
 }
 
@@ -483,15 +509,30 @@ StageFns Trainer::stage_fns(const SampleSource& src, int64_t consumed, double lo
   return f;
 }
 
-// The mean over data-parallel ranks of a last-stage loss sum (every rank calls it).
-double Trainer::mean_loss(const torch::Tensor& loss_sum, int64_t micro_batches) {
+// The mean over data-parallel ranks of a last-stage loss sum (every rank calls
+// it). With `stop`, the same reduction counts the ranks that received SIGTERM or
+// SIGINT, so that all of them agree to stop after the same iteration.
+double Trainer::mean_loss(const torch::Tensor& loss_sum, int64_t micro_batches, bool* stop) {
   const bool counts = grid_->last_stage() && grid_->tp_rank() == 0;
-  if (world_->world() == 1) return loss_sum.item<double>() / static_cast<double>(micro_batches);
+  const double vote = stop && g_stop_signal.load() != 0 ? 1.0 : 0.0;
+  if (world_->world() == 1) {
+    if (stop) *stop = vote > 0;
+    return loss_sum.item<double>() / static_cast<double>(micro_batches);
+  }
   auto t = torch::stack({counts ? loss_sum.to(torch::kDouble).reshape({}) : torch::zeros({}, torch::kDouble).to(pl_.device),
-                         torch::full({}, counts ? static_cast<double>(micro_batches) : 0.0, torch::kDouble).to(pl_.device)});
+                         torch::full({}, counts ? static_cast<double>(micro_batches) : 0.0, torch::kDouble).to(pl_.device),
+                         torch::full({}, vote, torch::kDouble).to(pl_.device)});
   world_->all_reduce_sum(t);
   t = t.cpu();
+  if (stop) *stop = t[2].item<double>() > 0;
   return t[0].item<double>() / t[1].item<double>();
+}
+
+// A per-rank figure summed over the other tensor and pipeline ranks.
+double Trainer::model_parallel_sum(double v) {
+  auto t = torch::full({1}, v, torch::kDouble).to(pl_.device);
+  grid_->mp().all_reduce_sum(t);
+  return t.cpu().item<double>();
 }
 
 void Trainer::train_step() {
@@ -508,12 +549,10 @@ void Trainer::train_step() {
     torch::Tensor g = engine_->reduced_grad("wte.weight");
     emb->all_reduce_sum(g);
   }
-  auto sumsq = torch::full({1}, engine_->grad_sum_of_squares(), torch::kDouble).to(pl_.device);
-  grid_->mp().all_reduce_sum(sumsq);  // the other tensor and pipeline ranks' parameters
-  const double grad_norm = std::sqrt(sumsq.cpu().item<double>());
+  const double grad_norm = std::sqrt(model_parallel_sum(engine_->grad_sum_of_squares()));
   const bool found_inf = !std::isfinite(grad_norm);
   if (pl_.fp16) scaler_.update(found_inf);
-  const double loss_avg = mean_loss(loss_sum, micro_);
+  const double loss_avg = mean_loss(loss_sum, micro_, &stop_);
   last_skipped_ = found_inf && pl_.fp16;
   // Megatron's --check-for-nan-in-loss-and-grad: a NaN/inf that is not an fp16
   // overflow (those are skipped) stops the run before the update, so no NaN
@@ -529,13 +568,31 @@ void Trainer::train_step() {
     nan_iters_ += !std::isfinite(loss_avg);
   } else {
     const double clip = a_.clip_grad > 0 ? std::min(1.0, a_.clip_grad / (grad_norm + 1e-6)) : 1.0;
+    last_num_zeros_.reset();
+    if (a_.log_num_zeros_in_grad) last_num_zeros_ = model_parallel_sum(engine_->grad_num_zeros());
     engine_->step(lr, clip);
     interval_loss_ += loss_avg;
     ++interval_advanced_;
   }
+  if (last_skipped_) last_num_zeros_.reset();
+  if (a_.log_params_norm) last_params_norm_ = std::sqrt(model_parallel_sum(engine_->param_sum_of_squares()));
   ++st_.iteration;
   st_.consumed_train += a_.global_batch_size;
   ++interval_iters_;
+  if (tb_ && tb_->due(st_.iteration)) {
+    TrainingScalars t{.iteration = st_.iteration, .consumed_samples = st_.consumed_train, .batch_size = a_.global_batch_size,
+                      .world_size = world_->world(), .learning_rate = megatron_lr(a_, st_.iteration),
+                      .loss_scale = pl_.fp16 ? scaler_.scale() : 1.0};
+    t.loss = loss_avg;
+    if (!last_skipped_) t.grad_norm = grad_norm;
+    t.num_zeros = last_num_zeros_;
+    t.params_norm = last_params_norm_;
+    if (pl_.cuda) {
+      const CudaMemoryNow m = cuda_memory_now(pl_.gpu);
+      t.memory = TrainingScalars::Memory{m.reserved_bytes, m.allocated_bytes, m.allocated_count};
+    }
+    tb_->training(t);
+  }
 }
 
 void Trainer::log_progress() {
@@ -550,22 +607,32 @@ void Trainer::log_progress() {
     const double tflops = flops_per_iter_ / secs / 1e12 / world_->world();
     std::fprintf(stderr,
                  " iteration %8ld/%8ld | consumed samples: %12ld | consumed tokens: %12ld | elapsed time per iteration (s): %.2f | "
-                 "learning rate: %.3E | global batch size: %5ld |%s%s%s number of skipped iterations: %3ld | "
+                 "learning rate: %.3E | global batch size: %5ld |%s%s%s%s%s number of skipped iterations: %3ld | "
                  "number of nan iterations: %3ld | samples per second: %.3f | TFLOPs: %.2f |\n",
                  (long)st_.iteration, (long)T, (long)st_.consumed_train, (long)(st_.consumed_train * a_.seq_length), secs, lr_now, (long)gbs,
                  interval_advanced_ > 0 ? strprintf(" lm loss: %.6E |", avg).c_str() : "",
                  pl_.fp16 ? strprintf(" loss scale: %.1f |", scaler_.scale()).c_str() : "",
-                 last_skipped_ ? "" : strprintf(" grad norm: %.3f |", last_grad_norm_).c_str(), (long)skipped_iters_, (long)nan_iters_,
+                 last_skipped_ ? "" : strprintf(" grad norm: %.3f |", last_grad_norm_).c_str(),
+                 last_num_zeros_ ? strprintf(" num zeros: %.1f |", *last_num_zeros_).c_str() : "",
+                 last_params_norm_ ? strprintf(" params norm: %.3f |", *last_params_norm_).c_str() : "", (long)skipped_iters_, (long)nan_iters_,
                  static_cast<double>(gbs) / secs, tflops);
     if (pl_.cuda && st_.iteration == a_.log_interval)  // Megatron reports memory once, after the first interval
       std::fprintf(stderr, "%s\n", cuda_memory_report(env_.rank, st_.iteration, pl_.gpu).c_str());
     if (metrics_)
       *metrics_ << "{\"iteration\": " << st_.iteration << ", \"consumed_samples\": " << st_.consumed_train << std::setprecision(9)
                 << ", \"lm_loss\": " << (interval_advanced_ > 0 ? json_number(avg) : "null") << ", \"lr\": " << lr_now
-                << ", \"grad_norm\": " << (last_skipped_ ? "null" : json_number(last_grad_norm_)) << ", \"skipped_iterations\": " << skipped_iters_
+                << ", \"grad_norm\": " << (last_skipped_ ? "null" : json_number(last_grad_norm_))
+                << ", \"loss_scale\": " << (pl_.fp16 ? scaler_.scale() : 1.0) << ", \"batch_size\": " << gbs << ", \"world_size\": " << world_->world()
+                << (last_num_zeros_ ? ", \"num_zeros\": " + json_number(*last_num_zeros_) : "")
+                << (last_params_norm_ ? ", \"params_norm\": " + json_number(*last_params_norm_) : "")
+                << ", \"skipped_iterations\": " << skipped_iters_
                 << ", \"seconds_per_iteration\": " << secs << ", \"tflops_per_rank\": " << tflops
                 << ", \"tokens_per_second\": " << static_cast<double>(gbs * a_.seq_length) / secs
                 << ", \"peak_device_bytes\": " << (pl_.cuda ? cuda_peak_allocated(pl_.gpu) : 0) << "}" << std::endl;
+    if (tb_) {
+      tb_->iteration_time(st_.iteration, secs);
+      tb_->flush();
+    }
   }
   skipped_iters_ = nan_iters_ = 0;
   interval_loss_ = 0;
@@ -589,9 +656,15 @@ void Trainer::evaluate(const std::string& label, const SampleSource& src, int64_
   std::snprintf(line, sizeof line, " validation loss at %s | lm loss value: %.6E | lm loss PPL: %.6E | ", label.c_str(), v,
                 std::exp(std::min(20.0, v)));
   std::fprintf(stderr, "%s\n%s\n%s\n", dashes(std::strlen(line) + 1).c_str(), line, dashes(std::strlen(line) + 1).c_str());
+  const bool test = &src == test_src_.get();
   if (metrics_)
-    *metrics_ << "{\"iteration\": " << st_.iteration << ", \"split\": \"" << (&src == test_src_.get() ? "test" : "valid")
-              << "\", \"lm_loss\": " << json_number(v) << ", \"ppl\": " << json_number(std::exp(std::min(20.0, v))) << "}" << std::endl;
+    *metrics_ << "{\"iteration\": " << st_.iteration << ", \"consumed_samples\": " << st_.consumed_train << ", \"split\": \""
+              << (test ? "test" : "valid") << "\", \"lm_loss\": " << json_number(v) << ", \"ppl\": " << json_number(std::exp(std::min(20.0, v)))
+              << "}" << std::endl;
+  if (tb_) {
+    tb_->evaluation(test ? "test" : "validation", st_.iteration, st_.consumed_train, v);
+    tb_->flush();
+  }
 }
 
 int Trainer::run() {
@@ -601,9 +674,11 @@ int Trainer::run() {
   interval_start_ = std::chrono::steady_clock::now();
   int64_t valid_consumed = st_.consumed_valid;
   const bool saving = !a_.save.empty();
+  install_stop_handler();
   while (st_.iteration < T) {
     train_step();
-    if (st_.iteration % a_.log_interval == 0 || st_.iteration == T) log_progress();
+    if (st_.iteration % a_.log_interval == 0 || st_.iteration == T || stop_) log_progress();
+    if (stop_) stop_on_signal();
     if (st_.iteration % a_.eval_interval == 0 && !valid_src_->empty()) {
       evaluate("iteration " + std::to_string(st_.iteration), *valid_src_, &valid_consumed);
       st_.consumed_valid = valid_consumed;
@@ -613,6 +688,7 @@ int Trainer::run() {
     if (a_.exit_interval > 0 && st_.iteration % a_.exit_interval == 0) {
       if (saving && !saved_now) save();
       ZLM_LOG_INF("exiting program at iteration %ld", (long)st_.iteration);
+      if (tb_) tb_->close();
       world_->shutdown();
       return 0;
     }
@@ -621,8 +697,32 @@ int Trainer::run() {
   evaluate("the end of training for val data", *valid_src_, &valid_consumed);
   int64_t test_consumed = 0;
   evaluate("the end of training for test data", *test_src_, &test_consumed);
+  if (tb_) tb_->close();
   world_->shutdown();
   return 0;
+}
+
+// All ranks agreed to stop after this iteration (a rank received SIGTERM or
+// SIGINT). With --exit-signal-handler (Megatron's flag) a checkpoint is saved
+// and the run exits 0; without, the logs are flushed and closed and the process
+// ends by the signal's default action, as it would have without this handler.
+void Trainer::stop_on_signal() {
+  const int sig = g_stop_signal.load() != 0 ? g_stop_signal.load() : SIGTERM;  // a rank that only heard of it from another
+  const bool save_now = a_.exit_signal_handler && !a_.save.empty();
+  if (save_now) save();
+  if (tb_) tb_->close();
+  if (metrics_) metrics_->flush();
+  world_->shutdown();
+  if (a_.exit_signal_handler) {
+    ZLM_LOG_INF("exiting program after receiving %s at iteration %ld%s", sig == SIGINT ? "SIGINT" : "SIGTERM", (long)st_.iteration,
+                save_now ? " (checkpoint saved)" : " (no --save: nothing saved)");
+    std::exit(0);
+  }
+  ZLM_LOG_WRN("stopping after iteration %ld on %s; logs flushed, no checkpoint saved ---> HINT: --exit-signal-handler saves one first",
+              (long)st_.iteration, sig == SIGINT ? "SIGINT" : "SIGTERM");
+  std::signal(sig, SIG_DFL);
+  std::raise(sig);
+  std::_Exit(128 + sig);
 }
 
 }  // namespace

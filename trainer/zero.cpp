@@ -66,6 +66,7 @@ struct ZeroEngine::Impl {
   int64_t micro_total = 1, micro_done = 0;  // micro-batches of this step, and those whose backward is done
   std::mutex mu;
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators;  // keep the hooked nodes alive
+  double sum_counted(const std::function<torch::Tensor(const Bucket&)>& of, const std::function<torch::Tensor(const torch::Tensor&)>& f);
   torch::Tensor anchor;      // stage 3: a leaf that requires grad, so that the embedding's backward runs
   torch::Tensor outer_grad;  // stage 3: the outer bucket's gradient, from the head's backward to the embedding's
 
@@ -490,6 +491,23 @@ torch::Tensor ZeroEngine::reduced_grad(const std::string& param) {
   throw Error(ErrorKind::Internal, "ZeRO: no parameter %s", param.c_str());
 }
 
+// A sum over the parts of the counted parameters (ZeroConfig::in_norm) in this
+// rank's owned range of `of(bucket)` (padding left out), over the data-parallel group.
+double ZeroEngine::Impl::sum_counted(const std::function<torch::Tensor(const Bucket&)>& of,
+                                     const std::function<torch::Tensor(const torch::Tensor&)>& f) {
+  torch::NoGradGuard no_grad;
+  auto sum = torch::zeros({1}, torch::TensorOptions().dtype(torch::kDouble).device(device));
+  for (const auto& k : buckets) {
+    const torch::Tensor t = of(k);
+    for (const auto& s : k.slots) {
+      const int64_t lo = std::max(s.offset, k.own_begin), hi = std::min(s.offset + s.numel, k.own_begin + k.own_len);
+      if (s.in_norm && hi > lo) sum += f(t.narrow(0, lo - k.own_begin, hi - lo)).to(torch::kDouble).to(device);
+    }
+  }
+  if (cfg.stage > 0) comm.all_reduce_sum(sum);  // stage 0: every rank already holds everything
+  return sum.item<double>();
+}
+
 double ZeroEngine::grad_sum_of_squares() {
   torch::NoGradGuard no_grad;
   auto& I = *impl_;
@@ -497,7 +515,7 @@ double ZeroEngine::grad_sum_of_squares() {
   for (auto& k : I.buckets) {
     bool all = true;
     for (const auto& s : k.slots) all = all && s.in_norm;
-    if (all) {
+    if (all) {  // one reduction over the whole shard (the padding is zero)
       sumsq += sum_of_squares(k.grad_shard).to(I.device);
       continue;
     }
@@ -508,6 +526,14 @@ double ZeroEngine::grad_sum_of_squares() {
   }
   if (I.cfg.stage > 0) I.comm.all_reduce_sum(sumsq);  // stage 0: every rank already holds every gradient
   return sumsq.item<double>();
+}
+
+double ZeroEngine::grad_num_zeros() {
+  return impl_->sum_counted([](const Bucket& k) { return k.grad_shard; }, [](const torch::Tensor& g) { return (g == 0).sum(); });
+}
+
+double ZeroEngine::param_sum_of_squares() {
+  return impl_->sum_counted([](const Bucket& k) { return k.master; }, [](const torch::Tensor& p) { return sum_of_squares(p); });
 }
 
 void ZeroEngine::step(double lr, double clip_coef) {

@@ -100,6 +100,12 @@ class ZeroEngine {
   // The sum of squares of the counted gradients held by the data-parallel
   // group (NaN/inf on overflow); the caller adds the other model-parallel ranks'.
   double grad_sum_of_squares();
+  // Megatron's --log-num-zeros-in-grad: the zero elements among the same
+  // gradients (after reduce_grads), and --log-params-norm: the sum of squares
+  // of the same parameters' fp32 master weights (after step); each summed over
+  // the data-parallel group, the caller adds the other model-parallel ranks'.
+  double grad_num_zeros();
+  double param_sum_of_squares();
   // AdamW on this rank's shard with the given LR, gradients multiplied by
   // clip_coef first; then the parameters are brought up to date everywhere.
   void step(double lr, double clip_coef);
