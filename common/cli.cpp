@@ -1,13 +1,33 @@
 #include "common/cli.h"
 
+#include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
+#include <thread>
 
 #include "common/build_info.h"
 #include "common/error.h"
 #include "common/log.h"
 
 namespace zlm {
+
+CLI::Validator thread_count() {
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  const long cap = std::max(64L, 4L * static_cast<long>(cores));
+  return CLI::Validator(
+      [cap, cores](const std::string& v) -> std::string {
+        char* end = nullptr;
+        errno = 0;
+        const long n = std::strtol(v.c_str(), &end, 10);
+        if (v.empty() || *end != '\0' || errno == ERANGE || n < 1 || n > cap)
+          return "'" + (v.size() > 24 ? v.substr(0, 24) + "..." : v) + "' is not a thread count between 1 and " + std::to_string(cap) +
+                 " (4 x the " + std::to_string(cores) + " cores, at least 64)";
+        return "";
+      },
+      "1.." + std::to_string(cap));
+}
 
 std::string version_line(const char* tool_name) {
   return strprintf("%s zerolm %s (git %s, %s, %s)", tool_name, build_version(), build_git_describe(), build_type(),

@@ -41,6 +41,10 @@ int tool_main(const char* tool_name, CLI::App& app, CommonFlags& common, int arg
 // (unless -q) and writes --stats-out. Returns fn's exit code.
 int run_with_stats(const char* tool_name, const CommonFlags& common, const std::function<int(Stats&)>& fn);
 
+// The one rule for --threads / --workers in every tool: 1 to max(64, 4 x the
+// machine's cores); anything else is a usage error naming the bounds.
+CLI::Validator thread_count();
+
 // The version line: "<tool> zerolm 0.1.0 (git abc123, Release, GNU 12.2.0)".
 std::string version_line(const char* tool_name);
 

@@ -1,6 +1,7 @@
 #include "common/output_file.h"
 
 #include <fcntl.h>
+#include <ftw.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -8,6 +9,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <mutex>
 
 #include "common/error.h"
@@ -68,6 +70,12 @@ void unregister_temp(const std::string& path) {
 }  // namespace
 
 OutputFile::OutputFile(std::string path, size_t buffer_bytes) : path_(std::move(path)) {
+  if (path_.empty()) throw Error(ErrorKind::Usage, "an output path is empty");
+  // Refused before anything is written: the rename at the end would fail
+  // after the whole output had been produced.
+  struct stat st {};
+  if (::stat(path_.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
+    throw Error(ErrorKind::Io, "cannot write output '%s': it is a directory ---> HINT: give a file name", path_.c_str());
   temp_path_ = path_ + ".tmp." + std::to_string(getpid());
   register_temp(temp_path_);
   fd_ = ::open(temp_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -79,7 +87,7 @@ OutputFile::OutputFile(std::string path, size_t buffer_bytes) : path_(std::move(
 }
 
 OutputFile::~OutputFile() {
-  if (fd_ >= 0) abandon();
+  if (fd_ >= 0 || finished_) abandon();
 }
 
 void OutputFile::raw_write(const char* p, size_t left) {
@@ -113,17 +121,36 @@ void OutputFile::write_slow(const void* data, size_t n) {
   buffer_.insert(buffer_.end(), p, p + n);
 }
 
-void OutputFile::commit() {
-  if (fd_ < 0) throw Error(ErrorKind::Internal, "commit of closed output file '%s'", path_.c_str());
-  flush_buffer();
-  if (::fsync(fd_) != 0 && errno != EINVAL) throw_errno("cannot sync output file", temp_path_);
-  if (::close(fd_) != 0) {
+void OutputFile::finish() {
+  if (fd_ < 0) throw Error(ErrorKind::Internal, "finish of closed output file '%s'", path_.c_str());
+  try {
+    flush_buffer();
+    if (::fsync(fd_) != 0 && errno != EINVAL) throw_errno("cannot sync output file", temp_path_);
+    const int fd = fd_;
     fd_ = -1;
-    throw_errno("cannot close output file", temp_path_);
+    if (::close(fd) != 0) throw_errno("cannot close output file", temp_path_);
+  } catch (...) {
+    abandon();  // a failed output leaves no temporary behind
+    throw;
   }
-  fd_ = -1;
-  if (std::rename(temp_path_.c_str(), path_.c_str()) != 0) throw_errno("cannot rename output into place", path_);
+  finished_ = true;
+}
+
+void OutputFile::publish() {
+  if (!finished_) throw Error(ErrorKind::Internal, "publish of unfinished output file '%s'", path_.c_str());
+  if (std::rename(temp_path_.c_str(), path_.c_str()) != 0) {
+    const int err = errno;
+    abandon();
+    errno = err;
+    throw_errno("cannot rename output into place", path_);
+  }
+  finished_ = false;
   unregister_temp(temp_path_);
+}
+
+void OutputFile::commit() {
+  finish();
+  publish();
 }
 
 void OutputFile::abandon() {
@@ -131,14 +158,60 @@ void OutputFile::abandon() {
     ::close(fd_);
     fd_ = -1;
   }
+  finished_ = false;
   ::unlink(temp_path_.c_str());
   unregister_temp(temp_path_);
+}
+
+void check_distinct_paths(const std::vector<NamedPath>& outputs, const std::vector<NamedPath>& inputs) {
+  struct Key {
+    std::string canonical;
+    bool exists = false;
+    dev_t dev = 0;
+    ino_t ino = 0;
+    bool same(const Key& o) const { return canonical == o.canonical || (exists && o.exists && dev == o.dev && ino == o.ino); }
+  };
+  auto key = [](const std::string& p) {
+    Key k;
+    std::error_code ec;
+    auto c = std::filesystem::weakly_canonical(std::filesystem::absolute(p, ec), ec);
+    k.canonical = ec ? p : c.string();
+    struct stat st {};
+    if (::stat(p.c_str(), &st) == 0) k.exists = true, k.dev = st.st_dev, k.ino = st.st_ino;  // hard links too
+    return k;
+  };
+  auto skip = [](const NamedPath& n) { return n.path.empty() || n.path == "-"; };
+  std::vector<Key> out_keys;
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    out_keys.push_back(skip(outputs[i]) ? Key{} : key(outputs[i].path));
+    if (skip(outputs[i])) continue;
+    for (size_t j = 0; j < i; ++j)
+      if (!skip(outputs[j]) && out_keys[i].same(out_keys[j]))
+        throw Error(ErrorKind::Usage, "%s and %s both write '%s' ---> HINT: give each output its own file", outputs[j].flag.c_str(),
+                    outputs[i].flag.c_str(), outputs[i].path.c_str());
+    for (const auto& in : inputs)
+      if (!skip(in) && out_keys[i].same(key(in.path)))
+        throw Error(ErrorKind::Usage, "%s '%s' is also read as %s: writing it would destroy that input ---> HINT: write elsewhere",
+                    outputs[i].flag.c_str(), outputs[i].path.c_str(), in.flag.c_str());
+  }
 }
 
 void write_file_atomic(const std::string& path, std::string_view content) {
   OutputFile out(path, 0);
   out.write(content);
   out.commit();
+}
+
+void remove_tree(const std::string& path) {
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0) {
+    if (errno == ENOENT) return;
+    throw_errno("cannot remove", path);
+  }
+  auto remove_one = [](const char* p, const struct stat*, int type, struct FTW*) -> int {
+    return (type == FTW_DP ? ::rmdir(p) : ::unlink(p)) == 0 || errno == ENOENT ? 0 : -1;
+  };
+  if (::nftw(path.c_str(), remove_one, 16, FTW_DEPTH | FTW_PHYS) != 0) throw_errno("cannot remove", path);
 }
 
 std::string read_file(const std::string& path) {

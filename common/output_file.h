@@ -39,7 +39,12 @@ class OutputFile {
   void put(char c) { write(&c, 1); }
   // Bytes written so far (buffered or not).
   uint64_t bytes_written() const { return bytes_written_; }
-  void commit();
+  void commit();  // finish() then publish()
+  // Two steps, for outputs that must appear together (a .bin and its .idx):
+  // finish() writes, syncs and closes the temporary (on failure it is removed);
+  // publish() renames it into place.
+  void finish();
+  void publish();
   // Removes the temporary file; the final name is left untouched.
   void abandon();
 
@@ -52,12 +57,28 @@ class OutputFile {
   void raw_write(const char* p, size_t n);
   std::string path_, temp_path_;
   int fd_ = -1;
+  bool finished_ = false;  // finish() done, publish() not yet
   std::vector<char> buffer_;
   uint64_t bytes_written_ = 0;
 };
 
+// Refuses, as a usage error naming both flags, two outputs of one run on the
+// same file and an output on one of its inputs (paths compared after resolving
+// symbolic links and "..": the same file under two spellings). Empty paths and
+// "-" (a standard stream) are ignored.
+struct NamedPath {
+  std::string flag, path;
+};
+void check_distinct_paths(const std::vector<NamedPath>& outputs, const std::vector<NamedPath>& inputs = {});
+
 // Writes a whole small file atomically (temp + rename).
 void write_file_atomic(const std::string& path, std::string_view content);
+
+// Removes a file or a directory tree (like `rm -rf`, without following
+// symbolic links); a missing path is not an error. POSIX nftw, not
+// std::filesystem::remove_all: in the trainer that symbol resolves to the copy
+// inside libtorch.so, which crashes on non-empty directories. Throws Error(Io).
+void remove_tree(const std::string& path);
 
 // Reads a whole file; throws Error(Io) naming the path.
 std::string read_file(const std::string& path);

@@ -194,14 +194,20 @@ std::vector<int64_t> MegatronReader::sequence_tokens(uint64_t i, int64_t offset,
 // ---- writing -----------------------------------------------------------------
 
 struct MegatronWriter::Impl {
-  std::unique_ptr<OutputFile> bin;
+  std::unique_ptr<OutputFile> bin, idx;  // both created at once: a path that cannot be written fails before any work
   std::vector<uint8_t> scratch;
 };
 
 MegatronWriter::MegatronWriter(std::string prefix, DType dtype)
     : prefix_(std::move(prefix)), dtype_(dtype), doc_idx_{0}, impl_(new Impl) {
   if (dtype_size(static_cast<uint8_t>(dtype)) == 0) throw Error(ErrorKind::Usage, "unknown dtype code %d", (int)dtype);
-  impl_->bin = std::make_unique<OutputFile>(bin_path(prefix_));
+  try {
+    impl_->bin = std::make_unique<OutputFile>(bin_path(prefix_));
+    impl_->idx = std::make_unique<OutputFile>(idx_path(prefix_));
+  } catch (...) {
+    delete impl_;  // the destructor does not run: the .bin's temporary goes here
+    throw;
+  }
 }
 
 MegatronWriter::~MegatronWriter() { delete impl_; }
@@ -299,13 +305,27 @@ std::string build_idx_bytes(DType dtype, std::span<const int32_t> sizes, std::sp
 void MegatronWriter::finalize() {
   if (finalized_) throw Error(ErrorKind::Internal, "%s: finalize called twice", prefix_.c_str());
   finalized_ = true;
-  OutputFile idx(idx_path(prefix_));
+  OutputFile& idx = *impl_->idx;
   idx.write(build_idx_bytes(dtype_, sizes_, doc_idx_));
-  // Remove a stale index first: an interruption between the two renames then
-  // leaves a .bin without .idx (refused by readers), never a mismatched pair.
+  // Both complete on disk before either is renamed (a failure removes both
+  // temporaries); then the .bin, then the .idx. A stale index goes first: an
+  // interruption between the two renames leaves a .bin without .idx (refused
+  // by readers), never a mismatched pair.
+  impl_->bin->finish();
+  try {
+    idx.finish();
+  } catch (...) {
+    impl_->bin->abandon();
+    throw;
+  }
   ::unlink(idx_path(prefix_).c_str());
-  impl_->bin->commit();
-  idx.commit();
+  try {
+    impl_->bin->publish();
+  } catch (...) {
+    idx.abandon();
+    throw;
+  }
+  idx.publish();
 }
 
 }  // namespace zlm::formats

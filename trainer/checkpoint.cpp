@@ -121,11 +121,17 @@ class CheckpointReader {
     if (!fs::exists(tracker)) throw Error(ErrorKind::Usage, "%s: no checkpoint (missing %s)", dir.c_str(), tracker.string().c_str());
     std::string text = read_file(tracker.string());
     char* end = nullptr;
+    errno = 0;
     long it = std::strtol(text.c_str(), &end, 10);
-    if (text.empty() || (end && *end != '\0' && *end != '\n') || it < 0)
+    while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back()))) text.pop_back();
+    if (text.size() > 40) text = text.substr(0, 40) + "...";
+    if (text.empty() || (end && *end != '\0' && *end != '\n') || it < 0 || errno == ERANGE)
       throw Error(ErrorKind::Format, "%s: '%s' is not an iteration number", tracker.string().c_str(), text.c_str());
     iteration = it;
     iter_dir_ = fs::path(dir) / iter_name(it);
+    if (!fs::is_directory(iter_dir_))
+      throw Error(ErrorKind::Format, "%s names iteration %ld, but %s does not exist ---> HINT: write the number of a saved iteration into it",
+                  tracker.string().c_str(), it, iter_dir_.string().c_str());
     // The first file says the layout (files from before model parallelism have none: one part).
     fs::path first = iter_dir_ / "mp_rank_00" / "model_optim_rng.pt";
     if (!fs::exists(first)) first = iter_dir_ / "mp_rank_00_000" / "model_optim_rng.pt";
@@ -259,9 +265,24 @@ void save_checkpoint(const std::string& dir, Gpt2& model, ZeroEngine& engine, Pr
   const std::string tmp_name = world.exchange("checkpoint_" + std::to_string(saves++),
                                               iter_name(st.iteration) + ".tmp." + std::to_string(::getpid()))[0];
   const fs::path final_dir = fs::path(dir) / iter_name(st.iteration), tmp_dir = fs::path(dir) / tmp_name;
+  // A save that fails on any rank (disk full, a rank lost) leaves no temporary
+  // behind: whichever rank sees the failure removes it, and the tracker still
+  // points at the previous complete checkpoint.
+  struct RemoveOnFailure {
+    fs::path path;
+    bool armed = true;
+    ~RemoveOnFailure() {
+      if (!armed) return;
+      try {
+        remove_tree(path.string());
+      } catch (const std::exception& e) {
+        ZLM_LOG_WRN("cannot remove the unfinished checkpoint %s: %s", path.c_str(), e.what());
+      }
+    }
+  } cleanup{tmp_dir};
   if (world.rank() == 0) {
     fs::create_directories(dir);
-    fs::remove_all(tmp_dir);
+    remove_tree(tmp_dir.string());
     fs::create_directories(tmp_dir);
     ZLM_LOG_INF("saving checkpoint at iteration %7ld to %s", (long)st.iteration, dir.c_str());
   }
@@ -310,20 +331,48 @@ void save_checkpoint(const std::string& dir, Gpt2& model, ZeroEngine& engine, Pr
     archive.write("rng_cpu", at::globalContext().defaultGenerator(torch::kCPU).get_state());
     if (rng.state().defined()) archive.write("rng_tracker", rng.state());
     if (!rng.device().is_cpu()) archive.write("rng_device", swap_rng_state(rng.device(), torch::Tensor()));
-    try {
-      archive.save_to(file.string());
-    } catch (const c10::Error& e) {
-      throw Error(ErrorKind::Io, "%s: cannot write the checkpoint (%s)", file.string().c_str(), e.what_without_backtrace());
+    // Through our own writer: LibTorch's file writer, on a failed write (disk
+    // full), throws from its destructor while the first error unwinds, which
+    // aborts the process. Here a failed write is remembered, the archive's
+    // remaining bytes are dropped, and the error is reported after it returns.
+    std::string failure;
+    {
+      OutputFile out(file.string());
+      try {
+        archive.save_to([&](const void* data, size_t n) -> size_t {
+          if (failure.empty()) {
+            try {
+              out.write(data, n);
+            } catch (const Error& e) {
+              failure = e.what();
+            }
+          }
+          return n;
+        });
+        if (failure.empty()) out.commit();
+      } catch (const Error& e) {
+        failure = e.what();
+      } catch (const c10::Error& e) {
+        failure = e.what_without_backtrace();
+      }
     }
+    if (!failure.empty())
+      throw Error(ErrorKind::Io, "cannot write the checkpoint (the previous one is kept): %s", failure.c_str());
   }
   world.barrier();
+  if (world.rank() != 0) cleanup.armed = false;  // every part is written: rank 0 finishes
   if (world.rank() == 0) {  // complete directory first, then the tracker: a crash never points at a partial checkpoint
-    fs::remove_all(final_dir);
+    const fs::path old = fs::path(dir) / (iter_name(st.iteration) + ".old." + std::to_string(::getpid()));
+    const bool replacing = fs::exists(final_dir);  // the same iteration saved again: its old copy goes only once the new one is in place
+    if (replacing) fs::rename(final_dir, old);
     fs::rename(tmp_dir, final_dir);
+    cleanup.armed = false;
     write_file_atomic((fs::path(dir) / "latest_checkpointed_iteration.txt").string(), std::to_string(st.iteration));
+    if (replacing) remove_tree(old.string());
     ZLM_LOG_INF("  successfully saved checkpoint at iteration %7ld to %s", (long)st.iteration, dir.c_str());
   }
   world.barrier();
+  cleanup.armed = false;
 }
 
 bool load_checkpoint(const TrainArgs& a, Gpt2& model, ZeroEngine& engine, ProcessGrid& grid, RngTracker& rng, RunState& st) {

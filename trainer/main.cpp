@@ -31,6 +31,13 @@ int main(int argc, char** argv) {
       std::fputs(help.c_str(), stdout);
       return 0;
     }
+    if (args.version) {
+      std::printf("pretrain_gpt zerolm %s (git %s, %s, %s)\n", zlm::build_version(), zlm::build_git_describe(), zlm::build_type(),
+                  zlm::build_compiler());
+      return 0;
+    }
+    if (args.quiet) zlm::log_set_level(zlm::LogLevel::Wrn);
+    if (args.verbose) zlm::log_set_level(zlm::LogLevel::Dbg);
     if (args.nproc_per_node > 0) {  // be the launcher: start the local ranks and supervise them
       zlm::trainer::LaunchPlan plan{static_cast<int>(args.nproc_per_node), static_cast<int>(args.nnodes), static_cast<int>(args.node_rank),
                                     args.master_addr, static_cast<int>(args.master_port)};

@@ -184,6 +184,7 @@ const std::set<std::string>& unsupported() {
 TrainArgs parse_megatron_args(int argc, const char* const* argv, std::string* help) {
   auto table = specs();
   TrainArgs a;
+  std::map<std::string, std::string> given;  // flag -> its (last) value, for messages about that value
   for (int i = 1; i < argc; ++i) {
     std::string name = argv[i];
     std::string inline_value;
@@ -192,6 +193,14 @@ TrainArgs parse_megatron_args(int argc, const char* const* argv, std::string* he
       inline_value = name.substr(eq + 1);
       name = name.substr(0, eq);
       has_inline = true;
+    }
+    if (name == "--version") {
+      a.version = true;
+      return a;
+    }
+    if (name == "-q" || name == "--quiet" || name == "-v" || name == "--verbose") {
+      (name == "-q" || name == "--quiet" ? a.quiet : a.verbose) = true;
+      continue;
     }
     if (name == "--help" || name == "-h") {
       if (help) {
@@ -226,22 +235,45 @@ TrainArgs parse_megatron_args(int argc, const char* const* argv, std::string* he
     }
     if (it->second.kind != Spec::Flag && values.empty()) throw Error(ErrorKind::Usage, "%s needs a value", name.c_str());
     it->second.set(a, values);
+    if (!values.empty()) given[name] = values[0];
   }
   // Validation, Megatron's rules first.
   auto need = [](bool ok, const char* what) {
     if (!ok) throw Error(ErrorKind::Usage, "%s", what);
   };
-  need(a.num_layers > 0 && a.hidden_size > 0 && a.num_attention_heads > 0, "--num-layers, --hidden-size and --num-attention-heads are required");
+  // A value that was given but is out of range is named with its value; one left out is "required".
+  auto positive = [&](const char* flag, double v) {
+    if (v > 0) return;
+    if (auto g = given.find(flag); g != given.end())
+      throw Error(ErrorKind::Usage, "%s %s: must be %s", flag, g->second.c_str(), std::string(flag) == "--lr" ? "positive" : "at least 1");
+    throw Error(ErrorKind::Usage, "%s is required", flag);
+  };
+  positive("--num-layers", static_cast<double>(a.num_layers));
+  positive("--hidden-size", static_cast<double>(a.hidden_size));
+  positive("--num-attention-heads", static_cast<double>(a.num_attention_heads));
+  positive("--seq-length", static_cast<double>(a.seq_length));
+  positive("--micro-batch-size", static_cast<double>(a.micro_batch_size));
+  if (given.count("--train-iters")) positive("--train-iters", static_cast<double>(a.train_iters));
+  if (given.count("--train-samples")) positive("--train-samples", static_cast<double>(a.train_samples));
+  if (given.count("--global-batch-size")) positive("--global-batch-size", static_cast<double>(a.global_batch_size));
+  positive("--lr", a.lr);
+  need(a.min_lr >= 0 && a.min_lr <= a.lr, "--min-lr must be between 0 and --lr");
+  need(a.weight_decay >= 0 && a.clip_grad >= 0, "--weight-decay and --clip-grad must not be negative");
+  need(a.adam_beta1 >= 0 && a.adam_beta1 < 1 && a.adam_beta2 >= 0 && a.adam_beta2 < 1 && a.adam_eps > 0,
+       "--adam-beta1 and --adam-beta2 must be in [0, 1) and --adam-eps positive");
+  need(a.hidden_dropout >= 0 && a.hidden_dropout < 1 && a.attention_dropout >= 0 && a.attention_dropout < 1,
+       "--hidden-dropout and --attention-dropout must be in [0, 1)");
+  need(a.init_method_std > 0, "--init-method-std must be positive");
+  need(a.eval_iters >= 0 && a.save_interval >= 0 && a.exit_interval >= 0 && a.lr_warmup_iters >= 0 && a.lr_decay_iters >= 0,
+       "--eval-iters, --save-interval, --exit-interval, --lr-warmup-iters and --lr-decay-iters must not be negative");
+  need(a.make_vocab_size_divisible_by >= 1, "--make-vocab-size-divisible-by must be at least 1");
   need(a.hidden_size % a.num_attention_heads == 0, "--hidden-size must be divisible by --num-attention-heads");
-  need(a.seq_length > 0, "--seq-length is required");
   if (a.max_position_embeddings == 0) a.max_position_embeddings = a.seq_length;
   need(a.max_position_embeddings >= a.seq_length, "--max-position-embeddings must be >= --seq-length");
-  need(a.micro_batch_size > 0, "--micro-batch-size is required");
   if (a.global_batch_size == 0) a.global_batch_size = a.micro_batch_size;
   need(a.global_batch_size % a.micro_batch_size == 0, "--global-batch-size must be a multiple of --micro-batch-size");
   need((a.train_iters > 0) != (a.train_samples > 0), "give exactly one of --train-iters and --train-samples");
   need(!a.data_path.empty(), "--data-path is required");
-  need(a.lr > 0, "--lr is required");
   need(a.log_interval > 0 && a.eval_interval > 0 && a.eval_iters >= 0, "--log-interval and --eval-interval must be positive");
   need(a.tensorboard_log_interval > 0 && a.tensorboard_queue_size > 0, "--tensorboard-log-interval and --tensorboard-queue-size must be positive");
   need(a.lr_decay_style == "cosine" || a.lr_decay_style == "linear" || a.lr_decay_style == "constant",

@@ -52,6 +52,7 @@ struct TrainArgs {
   bool log_learning_rate_to_tensorboard = true, log_loss_scale_to_tensorboard = true;
   bool log_num_zeros_in_grad = false, log_params_norm = false;
   bool exit_signal_handler = false;  // SIGTERM/SIGINT: save a checkpoint before exiting
+  bool version = false, quiet = false, verbose = false;  // --version, -q, -v (as every zerolm tool)
   // distribution
   std::string distributed_backend = "nccl";
   int64_t tensor_model_parallel_size = 1, pipeline_model_parallel_size = 1;

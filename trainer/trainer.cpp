@@ -605,7 +605,8 @@ void Trainer::log_progress() {
     const double avg = interval_loss_ / static_cast<double>(std::max<int64_t>(1, interval_advanced_));
     const double lr_now = megatron_lr(a_, st_.iteration);
     const double tflops = flops_per_iter_ / secs / 1e12 / world_->world();
-    std::fprintf(stderr,
+    if (log_level() >= LogLevel::Inf)  // not with -q
+      std::fprintf(stderr,
                  " iteration %8ld/%8ld | consumed samples: %12ld | consumed tokens: %12ld | elapsed time per iteration (s): %.2f | "
                  "learning rate: %.3E | global batch size: %5ld |%s%s%s%s%s number of skipped iterations: %3ld | "
                  "number of nan iterations: %3ld | samples per second: %.3f | TFLOPs: %.2f |\n",
@@ -655,7 +656,7 @@ void Trainer::evaluate(const std::string& label, const SampleSource& src, int64_
   char line[512];
   std::snprintf(line, sizeof line, " validation loss at %s | lm loss value: %.6E | lm loss PPL: %.6E | ", label.c_str(), v,
                 std::exp(std::min(20.0, v)));
-  std::fprintf(stderr, "%s\n%s\n%s\n", dashes(std::strlen(line) + 1).c_str(), line, dashes(std::strlen(line) + 1).c_str());
+  if (log_level() >= LogLevel::Inf) std::fprintf(stderr, "%s\n%s\n%s\n", dashes(std::strlen(line) + 1).c_str(), line, dashes(std::strlen(line) + 1).c_str());
   const bool test = &src == test_src_.get();
   if (metrics_)
     *metrics_ << "{\"iteration\": " << st_.iteration << ", \"consumed_samples\": " << st_.consumed_train << ", \"split\": \""

@@ -61,3 +61,59 @@ TEST(ReadFile, MissingFileIsIoError) {
 
 }  // namespace
 }  // namespace zlm
+
+namespace zlm {
+namespace {
+
+TEST(OutputFile, DirectoryAsOutputIsRefusedBeforeWriting) {
+  test::TempDir dir;
+  std::filesystem::create_directories(dir.path("out.json"));
+  EXPECT_ZLM_ERROR(OutputFile out(dir.path("out.json")), ErrorKind::Io, "is a directory");
+  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir.root()), {}), 1);  // no temporary
+}
+
+// finish() + publish(): nothing under the final name until publish; a failed
+// publish removes the temporary.
+TEST(OutputFile, FinishThenPublish) {
+  test::TempDir dir;
+  OutputFile out(dir.path("f"));
+  out.write("data");
+  out.finish();
+  EXPECT_FALSE(std::filesystem::exists(dir.path("f")));
+  EXPECT_TRUE(std::filesystem::exists(out.temp_path()));
+  out.publish();
+  EXPECT_EQ(test::slurp(dir.path("f")), "data");
+  std::string temp;
+  {
+    OutputFile abandoned(dir.path("g"));
+    abandoned.write("x");
+    abandoned.finish();
+    temp = abandoned.temp_path();
+  }  // finished but never published: removed
+  EXPECT_FALSE(std::filesystem::exists(temp));
+  EXPECT_FALSE(std::filesystem::exists(dir.path("g")));
+  OutputFile late(dir.path("h"));
+  late.write("y");
+  late.finish();
+  std::filesystem::create_directories(dir.path("h/inside"));  // the final name became a non-empty directory meanwhile
+  EXPECT_ZLM_ERROR(late.publish(), ErrorKind::Io, dir.path("h"));
+  EXPECT_FALSE(std::filesystem::exists(late.temp_path()));
+}
+
+TEST(CheckDistinctPaths, ClashingOutputsAndOutputsOnInputs) {
+  test::TempDir dir;
+  test::spit(dir.path("in.json"), "x");
+  std::filesystem::create_hard_link(dir.path("in.json"), dir.path("link.json"));
+  const std::string out = dir.path("out.json");
+  EXPECT_NO_THROW(check_distinct_paths({{"<output>", out}, {"--removed-out", dir.path("removed.json")}, {"--stats-out", ""}, {"-o", "-"}},
+                                       {{"<input>", dir.path("in.json")}}));
+  EXPECT_ZLM_ERROR(check_distinct_paths({{"<output>", out}, {"--removed-out", dir.path("sub/../out.json")}}), ErrorKind::Usage,
+                   "<output> and --removed-out both write");
+  EXPECT_ZLM_ERROR(check_distinct_paths({{"<output>", out}, {"--stats-out", dir.path("in.json")}}, {{"<input>", dir.path("in.json")}}),
+                   ErrorKind::Usage, "--stats-out '" + dir.path("in.json") + "' is also read as <input>");
+  EXPECT_ZLM_ERROR(check_distinct_paths({{"<output>", dir.path("link.json")}}, {{"<input>", dir.path("in.json")}}), ErrorKind::Usage,
+                   "is also read as <input>");  // the same file under another name
+}
+
+}  // namespace
+}  // namespace zlm

@@ -64,6 +64,9 @@ struct Result {
 
 void run(const BlacklistOptions& opt, const CommonFlags& common, Stats& stats) {
   double t0 = log_elapsed_sec();
+  std::vector<NamedPath> inputs{{"--domain-blacklist", opt.domain_blacklist}, {"--add-domain-blacklist", opt.add_domain_blacklist}};
+  for (const auto& in : opt.inputs) inputs.push_back({"<input>", in});
+  check_distinct_paths({{"<output>", opt.output}, {"--rejected-out", opt.rejected_out}, {"--stats-out", common.stats_out}}, inputs);
   ZLM_LOG_INF("remove blacklisted urls ..");
   UrlFilterOptions fo;
   if (!opt.domain_blacklist.empty()) fo.domains = read_list(opt.domain_blacklist);

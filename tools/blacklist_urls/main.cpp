@@ -20,7 +20,7 @@ int main(int argc, char** argv) {
   app.add_option("--add-domain-blacklist", opt.add_domain_blacklist, "Add the labels of FILE to the domain list");
   app.add_option("--public-suffix-list", opt.public_suffix_list, "public_suffix_list.dat to use instead of the system copy");
   app.add_option("--rejected-out", opt.rejected_out, "Write reason<TAB>url for every rejected URL");
-  app.add_option("--threads", opt.threads, "Worker threads (output is identical for any number)")->capture_default_str();
+  app.add_option("--threads", opt.threads, "Worker threads (output is identical for any number)")->capture_default_str()->check(zlm::thread_count());
   zlm::add_common_flags(app, common);
   return zlm::tool_main("blacklist_urls", app, common, argc, argv, [&] {
     opt.output = positional.back();

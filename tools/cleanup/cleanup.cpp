@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <memory>
 
+#include "common/output_file.h"
 #include "common/bad_records.h"
 #include "common/error.h"
 #include "common/utf8.h"
@@ -195,6 +196,8 @@ void write_rejected(JsonlWriter* w, const Doc& d) {
 }
 
 void run_default(const CleanupOptions& opt, const CommonFlags& common, Stats& stats) {
+  check_distinct_paths({{"<output>", opt.output}, {"--rejected-out", opt.rejected_out}, {"--stats-out", common.stats_out}},
+                       {{"<input>", opt.input}, {"--vocab-file", opt.vocab_file}, {"--merge-file", opt.merge_file}});
   if (opt.vocab_file.empty() || opt.merge_file.empty())
     throw Error(ErrorKind::Usage, "cleanup counts GPT-2 tokens: give --vocab-file and --merge-file");
   auto tok = make_tokenizer({.type = "GPT2BPETokenizer", .vocab_file = opt.vocab_file, .merge_file = opt.merge_file});
@@ -279,6 +282,17 @@ void run_tasks(const CleanupOptions& opt, const CommonFlags& common, Stats& stat
   std::error_code ec;
   if (!std::filesystem::is_directory(opt.output_path, ec))
     throw Error(ErrorKind::Usage, "--output-path '%s' is not a directory", opt.output_path.c_str());
+  // Every output named before any is written: two inputs of one name (a/x.jsonl,
+  // b/x.jsonl) would write the same x_cleaned.jsonl.
+  std::vector<NamedPath> outputs{{"--stats-out", common.stats_out}}, inputs;
+  for (const auto& file : opt.input_files) {
+    const std::filesystem::path p(file);
+    const std::string base = (std::filesystem::path(opt.output_path) / p.stem()).string();
+    outputs.push_back({"the output of --input-files " + file, base + "_cleaned" + p.extension().string()});
+    outputs.push_back({"the output of --input-files " + file, base + "_filtered" + p.extension().string()});
+    inputs.push_back({"--input-files " + file, file});
+  }
+  check_distinct_paths(outputs, inputs);
   Worker worker(opt, nullptr, tasks);
   uint64_t counts[kNumTasks] = {0, 0, 0, 0, 0}, docs = 0, kept = 0, filtered_n = 0;
   BadRecords bad(opt.max_bad_records);

@@ -28,7 +28,7 @@ int main(int argc, char** argv) {
                  "ftfy_fix_text general_cleaning")->expected(1, -1);
   app.add_option("--input-files", opt.input_files, "With --tasks: the JSONL files")->expected(1, -1);
   app.add_option("--output-path", opt.output_path, "With --tasks: directory for name_cleaned.ext / name_filtered.ext");
-  app.add_option("--workers", opt.workers, "Worker threads (output is identical for any number)")->capture_default_str();
+  app.add_option("--workers", opt.workers, "Worker threads (output is identical for any number)")->capture_default_str()->check(zlm::thread_count());
   app.add_option("--max-bad-records", opt.max_bad_records, "Fail when more than N lines are malformed")->type_name("N");
   zlm::add_common_flags(app, common);
   return zlm::tool_main("cleanup", app, common, argc, argv, [&] {

@@ -4,6 +4,7 @@
 #include <iostream>
 
 #include "common/cli.h"
+#include "common/output_file.h"
 #include "tools/dataset_info/dataset_info.h"
 
 int main(int argc, char** argv) {
@@ -18,6 +19,7 @@ int main(int argc, char** argv) {
   app.add_option("--vocab-size", opt.vocab_size, "Also check that every token id is below V")->type_name("V");
   zlm::add_common_flags(app, common);
   return zlm::tool_main("dataset_info", app, common, argc, argv, [&] {
+    zlm::check_distinct_paths({{"--stats-out", common.stats_out}}, {{"<prefix>", opt.prefix + ".bin"}, {"<prefix>", opt.prefix + ".idx"}});
     zlm::Stats stats("dataset_info");
     int rc = zlm::dataset_info::run(opt, std::cout, stats);
     if (!common.stats_out.empty()) stats.write_json(common.stats_out);

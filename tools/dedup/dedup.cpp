@@ -6,6 +6,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "common/output_file.h"
 #include "common/bad_records.h"
 #include "common/error.h"
 #include "common/jsonl.h"
@@ -58,6 +59,8 @@ std::unordered_map<std::string, uint32_t> read_groups(const std::string& path, u
 
 void run(const DedupOptions& opt, const CommonFlags& common, Stats& stats) {
   double t0 = log_elapsed_sec();
+  check_distinct_paths({{"<output>", opt.output}, {"--removed-out", opt.removed_out}, {"--stats-out", common.stats_out}},
+                       {{"<groups>", opt.groups}, {"<input>", opt.input}});
   if (opt.keep != "first" && opt.keep != "longest") throw Error(ErrorKind::Usage, "--keep must be first or longest");
   uint32_t num_groups = 0;
   uint64_t group_ids = 0;

@@ -12,6 +12,7 @@
 #include <memory>
 #include <unordered_map>
 
+#include "common/output_file.h"
 #include "common/bad_records.h"
 #include "common/error.h"
 #include "common/input_files.h"
@@ -209,6 +210,11 @@ void run(const FindDuplicatesOptions& opt, const CommonFlags& common, Stats& sta
   const uint32_t K = opt.num_seeds, rows = opt.num_seeds / opt.num_bands;
   std::vector<InputSpec> specs;
   for (size_t i = 0; i < opt.inputs.size(); i += 2) specs.push_back({expand_inputs(opt.inputs[i]), opt.inputs[i + 1]});
+  std::vector<NamedPath> inputs;
+  for (const auto& spec : specs)
+    for (const auto& f : spec.files) inputs.push_back({"--inputs", f});
+  for (const auto& f : opt.load_fingerprints) inputs.push_back({"--load-fingerprints", f});
+  check_distinct_paths({{"--output", opt.output}, {"--save-fingerprints", opt.save_fingerprints}, {"--stats-out", common.stats_out}}, inputs);
 
   // All parallel work of this run on exactly --threads threads (also above the core count).
   tbb::global_control limit(tbb::global_control::max_allowed_parallelism, static_cast<size_t>(std::max(1, opt.threads)));

@@ -28,7 +28,7 @@ int main(int argc, char** argv) {
   app.add_option("--char-ngram", opt.char_ngram, "Characters per shingle")->capture_default_str();
   app.add_option("--jaccard-threshold", opt.jaccard_threshold, "Report pairs with similarity above this")->capture_default_str();
   app.add_option("--text-key", opt.text_key, "JSON key of the text")->capture_default_str();
-  app.add_option("--threads", opt.threads, "Worker threads (output is identical for any number)")->capture_default_str();
+  app.add_option("--threads", opt.threads, "Worker threads (output is identical for any number)")->capture_default_str()->check(zlm::thread_count());
   app.add_option("--max-bad-records", opt.max_bad_records, "Fail when more than N input lines are malformed")->type_name("N");
   app.add_flag("--jaccard-parallel", jaccard_parallel, "Accepted for Megatron command lines: verification is always parallel");
   zlm::add_common_flags(app, common);

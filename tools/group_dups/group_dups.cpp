@@ -5,6 +5,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "common/output_file.h"
 #include "common/bad_records.h"
 #include "common/error.h"
 #include "common/jsonl_writer.h"
@@ -17,6 +18,7 @@ namespace zlm::group_dups {
 
 void run(const GroupOptions& opt, const CommonFlags& common, Stats& stats) {
   double t0 = log_elapsed_sec();
+  check_distinct_paths({{"<output>", opt.output}, {"--stats-out", common.stats_out}}, {{"<input>", opt.input}});
   std::unordered_map<std::string, uint32_t> index;
   std::vector<const std::string*> names;  // id by first appearance
   UnionFind uf;

@@ -2,6 +2,7 @@
 // Merges every Megatron .bin/.idx pair of DIR into one dataset, as Megatron's
 // tools/merge_datasets.py does (same output bytes).
 #include "common/cli.h"
+#include "common/output_file.h"
 #include "common/log.h"
 #include "tools/merge_datasets/merge_datasets.h"
 
@@ -19,6 +20,8 @@ int main(int argc, char** argv) {
   return zlm::tool_main("merge_datasets", app, common, argc, argv, [&] {
     return zlm::run_with_stats("merge_datasets", common, [&](zlm::Stats& stats) {
       double start = zlm::log_elapsed_sec();
+      zlm::check_distinct_paths({{"--output-prefix", opt.output_prefix + ".bin"}, {"--output-prefix", opt.output_prefix + ".idx"},
+                                 {"--stats-out", common.stats_out}});
       zlm::merge_datasets::run(opt, stats);
       stats.set("elapsed_sec", zlm::log_elapsed_sec() - start);
       return 0;

@@ -34,7 +34,7 @@ int main(int argc, char** argv) {
   out->add_option("--output-prefix", opt.output_prefix, "Writes {prefix}_{key}_{document|sentence}.bin/.idx")->required();
   out->add_option("--dataset-impl", opt.dataset_impl, "Only mmap (Megatron's MMIDIDX)")->capture_default_str();
   auto* run = app.add_option_group("runtime");
-  run->add_option("--workers", opt.workers, "Worker threads; output is identical for any number")->capture_default_str();
+  run->add_option("--workers", opt.workers, "Worker threads; output is identical for any number")->capture_default_str()->check(zlm::thread_count());
   run->add_option("--partitions", opt.partitions, "Megatron's partitions: documents distributed round-robin, outputs merged in order")
       ->capture_default_str();
   run->add_flag("--keep-sequential-samples", opt.keep_sequential_samples, "With --partitions: contiguous chunks instead of round-robin");

@@ -7,6 +7,7 @@
 #include <memory>
 #include <span>
 
+#include "common/output_file.h"
 #include "common/bad_records.h"
 #include "common/error.h"
 #include "common/input_files.h"
@@ -181,6 +182,18 @@ void run(const PreprocessOptions& opt, const CommonFlags& common, Stats& stats) 
                                    .null_vocab_size = opt.vocab_size});
   validate(opt, *tokenizer);
   std::vector<std::string> files = expand_inputs(opt.inputs);
+  {  // "--json-keys text text" would write one .bin/.idx twice
+    std::vector<NamedPath> outputs{{"--stats-out", common.stats_out}}, inputs;
+    for (const auto& key : opt.json_keys) {
+      const std::string name = output_name(opt.output_prefix, key, opt.split_sentences);
+      outputs.push_back({"--json-keys " + key, name + ".bin"});
+      outputs.push_back({"--json-keys " + key, name + ".idx"});
+    }
+    for (const auto& f : files) inputs.push_back({"--input", f});
+    inputs.push_back({"--vocab-file", opt.vocab_file});
+    inputs.push_back({"--merge-file", opt.merge_file});
+    check_distinct_paths(outputs, inputs);
+  }
   for (const auto& f : files) ZLM_LOG_INF("Opening %s", f.c_str());
   uint64_t padded = padded_vocab_size(tokenizer->vocab_size(), opt.make_vocab_size_divisible_by);
   ZLM_LOG_INF("> building %s tokenizer ...", tokenizer->name());

@@ -42,6 +42,7 @@ void emit_sorted(std::vector<Rec>& recs, const std::string& buf, OutputFile& out
 
 void run(const ShuffleOptions& opt, const CommonFlags& common, Stats& stats) {
   double t0 = log_elapsed_sec();
+  check_distinct_paths({{"<output>", opt.output}, {"--stats-out", common.stats_out}}, {{"<input>", opt.input}});
   uint64_t in_bytes = 0;
   struct stat st {};
   if (opt.input != "-" && ::stat(opt.input.c_str(), &st) == 0) in_bytes = static_cast<uint64_t>(st.st_size);
