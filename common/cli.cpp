@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -27,6 +28,37 @@ CLI::Validator thread_count() {
         return "";
       },
       "1.." + std::to_string(cap));
+}
+
+namespace {
+std::string shown(const std::string& v) { return "'" + (v.size() > 24 ? v.substr(0, 24) + "..." : v) + "'"; }
+std::string number(double v) { return strprintf("%g", v); }
+}  // namespace
+
+CLI::Validator finite_range(double lo, double hi) {
+  return CLI::Validator(
+      [lo, hi](const std::string& v) -> std::string {
+        char* end = nullptr;
+        const double x = std::strtod(v.c_str(), &end);
+        if (v.empty() || *end != '\0' || !std::isfinite(x) || x < lo || x > hi)
+          return shown(v) + " is not a number between " + number(lo) + " and " + number(hi);
+        return "";
+      },
+      "[" + number(lo) + ", " + number(hi) + "]");
+}
+
+CLI::Validator whole_number(uint64_t lo, uint64_t hi) {
+  return CLI::Validator(
+      [lo, hi](const std::string& v) -> std::string {
+        errno = 0;
+        char* end = nullptr;
+        const unsigned long long x = std::strtoull(v.c_str(), &end, 10);
+        const bool digits = !v.empty() && v.find_first_not_of("0123456789") == std::string::npos;
+        if (!digits || *end != '\0' || errno == ERANGE || x < lo || x > hi)
+          return shown(v) + " is not a whole number between " + std::to_string(lo) + " and " + std::to_string(hi);
+        return "";
+      },
+      std::to_string(lo) + ".." + std::to_string(hi));
 }
 
 std::string version_line(const char* tool_name) {

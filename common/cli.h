@@ -45,6 +45,14 @@ int run_with_stats(const char* tool_name, const CommonFlags& common, const std::
 // machine's cores); anything else is a usage error naming the bounds.
 CLI::Validator thread_count();
 
+// Value checks with readable bounds (CLI11's Range prints 300 digits for a
+// double's maximum and lets NaN through; its unsigned conversion turns "-1"
+// into 2^64-1):
+//   finite_range(lo, hi)      a finite number in [lo, hi]
+//   whole_number(lo, hi)      decimal digits only (no sign), in [lo, hi]
+CLI::Validator finite_range(double lo, double hi);
+CLI::Validator whole_number(uint64_t lo, uint64_t hi);
+
 // The version line: "<tool> zerolm 0.1.0 (git abc123, Release, GNU 12.2.0)".
 std::string version_line(const char* tool_name);
 

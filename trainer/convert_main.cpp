@@ -5,14 +5,16 @@
 // the given token ids, for comparing with another implementation.
 #include <torch/torch.h>
 
+#include <cerrno>
 #include <cstdio>
-#include <fstream>
+#include <cstdlib>
 #include <sstream>
 
 #include "common/cli.h"
 #include "common/error.h"
 #include "common/gpt2_bpe.h"
 #include "common/log.h"
+#include "common/output_file.h"
 #include "trainer/hf_export.h"
 #include "trainer/trainer.h"
 
@@ -32,6 +34,8 @@ int main(int argc, char** argv) {
   zlm::add_common_flags(app, common);
   return zlm::tool_main("convert_gpt", app, common, argc, argv, [&] {
     if (load.empty() == import_dir.empty()) throw zlm::Error(zlm::ErrorKind::Usage, "give exactly one of --load and --import-hf");
+    zlm::check_distinct_paths({{"--dump-logits", dump}, {"--stats-out", common.stats_out}},
+                              {{"--vocab-file", vocab_file}, {"--merge-file", merge_file}});
     int64_t iteration = 0;
     auto model = !load.empty() ? zlm::trainer::load_model(load, &iteration) : zlm::trainer::import_hf(import_dir, divisible_by);
     if (!export_dir.empty()) {
@@ -44,17 +48,31 @@ int main(int argc, char** argv) {
     if (!dump.empty()) {
       std::vector<int64_t> ids;
       std::istringstream in(tokens);
-      int64_t v;
-      while (in >> v) ids.push_back(v);
+      std::string word;
+      const int64_t vocab = model->config().vocab_size, positions = model->config().max_positions;
+      while (in >> word) {  // every word an id of the vocabulary: nothing cut off silently
+        char* end = nullptr;
+        errno = 0;
+        const long long v = std::strtoll(word.c_str(), &end, 10);
+        if (*end != '\0' || errno == ERANGE || v < 0 || v >= vocab)
+          throw zlm::Error(zlm::ErrorKind::Usage, "--tokens: '%s' (word %zu) is not a token id in [0, %ld)", word.c_str(), ids.size() + 1, (long)vocab);
+        ids.push_back(v);
+      }
       if (ids.empty()) throw zlm::Error(zlm::ErrorKind::Usage, "--dump-logits needs --tokens");
+      if (static_cast<int64_t>(ids.size()) > positions)
+        throw zlm::Error(zlm::ErrorKind::Usage, "--tokens: %zu ids, the model has %ld positions", ids.size(), (long)positions);
       torch::NoGradGuard no_grad;
       auto logits = model->forward(torch::tensor(ids).unsqueeze(0))[0].contiguous();  // (T, Vp)
-      std::ofstream out(dump);
+      zlm::OutputFile out(dump);  // temporary name, renamed when complete; a failed write is an error
       auto acc = logits.accessor<float, 2>();
+      std::ostringstream row;
       for (int64_t t = 0; t < logits.size(0); ++t) {
-        for (int64_t k = 0; k < logits.size(1); ++k) out << (k ? " " : "") << acc[t][k];
-        out << "\n";
+        row.str("");
+        for (int64_t k = 0; k < logits.size(1); ++k) row << (k ? " " : "") << acc[t][k];
+        row << "\n";
+        out.write(row.str());
       }
+      out.commit();
     }
     return 0;
   });

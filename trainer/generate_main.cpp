@@ -48,11 +48,11 @@ int main(int argc, char** argv) {
   app.add_option("--prompt", o.prompt, "Text to continue")->required();
   app.add_option("--vocab-file", o.vocab_file, "GPT-2 vocab.json used for training")->required();
   app.add_option("--merge-file", o.merge_file, "GPT-2 merges.txt used for training")->required();
-  app.add_option("--max-new-tokens", o.max_new_tokens, "Tokens to generate")->capture_default_str();
-  app.add_option("--temperature", o.temperature, "0 = greedy")->capture_default_str();
-  app.add_option("--top-k", o.top_k, "Keep the K most likely tokens (0: all)")->capture_default_str();
-  app.add_option("--top-p", o.top_p, "Nucleus sampling mass")->capture_default_str()->check(CLI::Range(0.0, 1.0));
-  app.add_option("--seed", o.seed, "Sampling seed")->capture_default_str();
+  app.add_option("--max-new-tokens", o.max_new_tokens, "Tokens to generate")->capture_default_str()->check(zlm::whole_number(1, 1000000));
+  app.add_option("--temperature", o.temperature, "0 = greedy")->capture_default_str()->check(zlm::finite_range(0.0, 100.0));
+  app.add_option("--top-k", o.top_k, "Keep the K most likely tokens (0: all)")->capture_default_str()->check(zlm::whole_number(0, INT32_MAX));
+  app.add_option("--top-p", o.top_p, "Nucleus sampling mass")->capture_default_str()->check(zlm::finite_range(0.0, 1.0));
+  app.add_option("--seed", o.seed, "Sampling seed")->capture_default_str()->check(zlm::whole_number(0, UINT64_MAX));
   zlm::add_common_flags(app, common);
   return zlm::tool_main("generate_gpt", app, common, argc, argv, [&] {
     auto bpe = zlm::Gpt2Bpe::load(o.vocab_file, o.merge_file);

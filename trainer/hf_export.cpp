@@ -56,7 +56,6 @@ void export_hf(Gpt2& model, int64_t vocab, const std::string& dir) {
                        ",\n  \"resid_pdrop\": 0.0,\n  \"embd_pdrop\": 0.0,\n  \"attn_pdrop\": 0.0,\n  \"tie_word_embeddings\": true,\n"
                        "  \"bos_token_id\": " + std::to_string(vocab - 1) + ",\n  \"eos_token_id\": " + std::to_string(vocab - 1) +
                        ",\n  \"torch_dtype\": \"float32\"\n}\n";
-  write_file_atomic((std::filesystem::path(dir) / "config.json").string(), config);
   struct Entry {
     std::string name;
     torch::Tensor t;  // float32, contiguous, CPU, in HF's orientation
@@ -85,7 +84,14 @@ void export_hf(Gpt2& model, int64_t vocab, const std::string& dir) {
   out.write(&n, 8);
   out.write(header);
   for (const auto& e : tensors) out.write(e.t.data_ptr<float>(), static_cast<size_t>(e.t.numel()) * 4);
-  out.commit();
+  // Both files complete on disk before either appears; config.json last, so a
+  // directory with a config.json always has its weights.
+  out.finish();
+  OutputFile config_out((std::filesystem::path(dir) / "config.json").string());
+  config_out.write(config);
+  config_out.finish();
+  out.publish();
+  config_out.publish();
 }
 
 Gpt2 import_hf(const std::string& dir, int64_t divisible_by) {

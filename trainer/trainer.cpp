@@ -303,7 +303,12 @@ class Trainer {
   Gpt2 model_{nullptr};
   std::unique_ptr<ZeroEngine> engine_;
   std::unique_ptr<PipelineSchedule> schedule_;
-  std::unique_ptr<std::ofstream> metrics_;  // rank 0 writes every metric as a JSON line
+  std::unique_ptr<std::ofstream> metrics_;  // rank 0 writes every metric as a JSON line (appended: resumed runs continue it)
+  std::string metrics_path_;
+  // A failed metrics write (disk full) is an error, not a silently shorter file.
+  void check_metrics() {
+    if (metrics_ && !*metrics_) throw Error(ErrorKind::Io, "cannot write the metrics file '%s' ---> HINT: is the disk full?", metrics_path_.c_str());
+  }
   std::unique_ptr<TensorBoardLog> tb_;      // rank 0, with --tensorboard-dir
   LossScaler scaler_{1, 1, 1, 1, false};
   RunState st_;
@@ -425,6 +430,8 @@ void Trainer::build_model() {
   if (!metrics_path.empty() && env_.rank == 0) {
     if (fs::path(metrics_path).has_parent_path()) fs::create_directories(fs::path(metrics_path).parent_path());
     metrics_ = std::make_unique<std::ofstream>(metrics_path, std::ios::app);
+    metrics_path_ = metrics_path;
+    check_metrics();
   }
   if (!a_.tensorboard_dir.empty() && env_.rank == 0) {
     tb_ = std::make_unique<TensorBoardLog>(a_);
@@ -481,6 +488,7 @@ void Trainer::report_memory_plan() {
             << ", \"optimizer_state_bytes_padded\": " << engine_->optimizer_state_bytes_full(true)
             << ", \"optimizer_state_bytes_per_rank\": [" << list(0) << "], \"resident_parameter_bytes_per_rank\": [" << list(1)
             << "], \"parameters_per_rank\": [" << list(2) << "], \"activation_bytes_per_rank\": [" << list(9) << "]}}" << std::endl;
+  check_metrics();
 }
 
 // What the schedule runs for micro-batch m: the first stage reads its tokens,
@@ -630,6 +638,7 @@ void Trainer::log_progress() {
                 << ", \"seconds_per_iteration\": " << secs << ", \"tflops_per_rank\": " << tflops
                 << ", \"tokens_per_second\": " << static_cast<double>(gbs * a_.seq_length) / secs
                 << ", \"peak_device_bytes\": " << (pl_.cuda ? cuda_peak_allocated(pl_.gpu) : 0) << "}" << std::endl;
+    check_metrics();
     if (tb_) {
       tb_->iteration_time(st_.iteration, secs);
       tb_->flush();
@@ -662,6 +671,7 @@ void Trainer::evaluate(const std::string& label, const SampleSource& src, int64_
     *metrics_ << "{\"iteration\": " << st_.iteration << ", \"consumed_samples\": " << st_.consumed_train << ", \"split\": \""
               << (test ? "test" : "valid") << "\", \"lm_loss\": " << json_number(v) << ", \"ppl\": " << json_number(std::exp(std::min(20.0, v)))
               << "}" << std::endl;
+  check_metrics();
   if (tb_) {
     tb_->evaluation(test ? "test" : "validation", st_.iteration, st_.consumed_train, v);
     tb_->flush();

@@ -13,10 +13,11 @@ int main(int argc, char** argv) {
   CLI::App app{"Describe and check a Megatron .bin/.idx dataset, or print one document's token ids."};
   app.add_option("prefix", opt.prefix, "Dataset prefix (PREFIX.bin and PREFIX.idx)")->required()->type_name("PREFIX");
   app.add_option("--doc", opt.doc, "Print the token ids of document N (one sequence per line)")->type_name("N")
-      ->check(CLI::NonNegativeNumber);
+      ->check(zlm::whole_number(0, INT64_MAX));
   app.add_option("--vocab-file", opt.vocab_file, "With --doc: print the text, decoded with this GPT-2 vocab.json");
   app.add_option("--merge-file", opt.merge_file, "With --doc: the matching merges.txt");
-  app.add_option("--vocab-size", opt.vocab_size, "Also check that every token id is below V")->type_name("V");
+  app.add_option("--vocab-size", opt.vocab_size, "Also check that every token id is below V")->type_name("V")
+      ->check(zlm::whole_number(1, UINT32_MAX));
   zlm::add_common_flags(app, common);
   return zlm::tool_main("dataset_info", app, common, argc, argv, [&] {
     zlm::check_distinct_paths({{"--stats-out", common.stats_out}}, {{"<prefix>", opt.prefix + ".bin"}, {"<prefix>", opt.prefix + ".idx"}});

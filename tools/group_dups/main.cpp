@@ -11,7 +11,7 @@ int main(int argc, char** argv) {
   app.add_option("input", opt.input, "find_duplicates output (JSONL)")->required();
   app.add_option("output", opt.output, "Groups, one JSON line per group: {\"n\": [ids]}")->required();
   app.add_option("threshold", opt.threshold, "Minimum similarity linking two documents")->capture_default_str()
-      ->check(CLI::Range(0.0, 1.0));
+      ->check(zlm::finite_range(0.0, 1.0));
   app.add_option("--max-bad-records", opt.max_bad_records, "Fail when more than N lines are malformed")->type_name("N");
   zlm::add_common_flags(app, common);
   return zlm::tool_main("group_dups", app, common, argc, argv, [&] {

@@ -1,5 +1,7 @@
 #include "tools/preprocess_data/preprocess_data.h"
 
+#include <sys/stat.h>
+
 #include <tbb/enumerable_thread_specific.h>
 
 #include <filesystem>
@@ -153,6 +155,10 @@ class Encoder {
 uint64_t count_lines(const std::vector<std::string>& files) {
   uint64_t n = 0;
   for (const auto& f : files) {
+    struct stat st {};
+    if (f == "-" || ::stat(f.c_str(), &st) != 0 || !S_ISREG(st.st_mode))
+      throw Error(ErrorKind::Usage, "--keep-sequential-samples reads the input twice: '%s' is not a regular file (a pipe can be read once)",
+                  f.c_str());
     LineReader r(f);
     std::string_view line;
     while (r.next(line)) ++n;
@@ -220,8 +226,12 @@ void run(const PreprocessOptions& opt, const CommonFlags& common, Stats& stats) 
   JsonlBatchReader reader(files);
   bool compressed_or_stdin = false;
   for (const auto& f : files) {
-    if (f == "-") compressed_or_stdin = true;
-    else {
+    // Only a regular file is sniffed for compression here: reading the first
+    // bytes of a pipe (/dev/stdin, <(xzcat ...)) would take them from the reader.
+    struct stat st {};
+    if (f == "-" || ::stat(f.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) {
+      compressed_or_stdin = true;
+    } else {
       Compression c;
       open_byte_source(f, &c);
       compressed_or_stdin |= c != Compression::None;
