@@ -251,8 +251,21 @@ Gpt2Bpe Gpt2Bpe::load(const std::string& vocab_path, const std::string& merges_p
     }
     std::string a = vocab_key_to_bytes(parts[0]), b = vocab_key_to_bytes(parts[1]);
     int32_t ia = m.intern(a), ib = m.intern(b), ir = m.intern(a + b);
+    // Every symbol a merge uses or makes must have an id (the reference
+    // tokenizer fails with a KeyError when it meets one; here it would become id 0).
+    for (auto [id, what] : {std::pair{ia, parts[0]}, std::pair{ib, parts[1]}})
+      if (id >= m.vocab_limit)
+        throw Error(ErrorKind::Format, "%s: line %zu: '%.*s' is not in %s ---> HINT: the merges file does not belong to this vocabulary",
+                    merges_path.c_str(), k + 1, static_cast<int>(what.size()), what.data(), vocab_path.c_str());
+    if (ir >= m.vocab_limit)
+      throw Error(ErrorKind::Format, "%s: line %zu: '%.*s %.*s' makes a token that is not in %s ---> HINT: the merges file does not belong to "
+                  "this vocabulary", merges_path.c_str(), k + 1, static_cast<int>(parts[0].size()), parts[0].data(),
+                  static_cast<int>(parts[1].size()), parts[1].data(), vocab_path.c_str());
     merges.push_back({ia, ib, ir});
   }
+  for (int b = 0; b < 256; ++b)  // any text may need any byte
+    if (m.byte_symbol[b] >= m.vocab_limit)
+      throw Error(ErrorKind::Format, "%s: the byte 0x%02x has no token (a GPT-2 vocabulary has all 256)", vocab_path.c_str(), b);
   m.merges = merges.size();
   size_t cap = 16;
   while (cap < merges.size() * 2 + 16) cap <<= 1;

@@ -1,5 +1,6 @@
 #include "common/lang_id.h"
 
+#include <cld2/internal/lang_script.h>
 #include <cld2/public/compact_lang_det.h>
 
 namespace zlm {
@@ -24,6 +25,11 @@ LangGuess detect_language(std::string_view text, size_t max_bytes) {
   g.percent = top3[0] == lang ? percent3[0] : 0;
   g.reliable = reliable;
   return g;
+}
+
+bool is_language_code(const std::string& code) {
+  const CLD2::Language lang = CLD2::GetLanguageFromName(code.c_str());
+  return lang != CLD2::UNKNOWN_LANGUAGE && code == CLD2::LanguageCode(lang);
 }
 
 }  // namespace zlm

@@ -26,4 +26,7 @@ struct LangGuess {
 // CLD2 runs at ~25 MB/s, and a few KiB decide the language of a web page.
 LangGuess detect_language(std::string_view utf8_text, size_t max_bytes = 0);
 
+// Whether detect_language can answer `code` (a CLD2 code such as "en", "zh-Hant").
+bool is_language_code(const std::string& code);
+
 }  // namespace zlm

@@ -76,6 +76,12 @@ OutputFile::OutputFile(std::string path, size_t buffer_bytes) : path_(std::move(
   struct stat st {};
   if (::stat(path_.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
     throw Error(ErrorKind::Io, "cannot write output '%s': it is a directory ---> HINT: give a file name", path_.c_str());
+  if (path_ == "-") {  // standard output: a stream, written as it comes (no temporary, no rename)
+    fd_ = STDOUT_FILENO;
+    temp_path_ = "<stdout>";
+    buffer_.reserve(buffer_bytes);
+    return;
+  }
   temp_path_ = path_ + ".tmp." + std::to_string(getpid());
   register_temp(temp_path_);
   fd_ = ::open(temp_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -125,6 +131,10 @@ void OutputFile::finish() {
   if (fd_ < 0) throw Error(ErrorKind::Internal, "finish of closed output file '%s'", path_.c_str());
   try {
     flush_buffer();
+    if (path_ == "-") {
+      fd_ = -1;
+      return;  // standard output stays open; finished_ stays false: nothing to publish
+    }
     if (::fsync(fd_) != 0 && errno != EINVAL) throw_errno("cannot sync output file", temp_path_);
     const int fd = fd_;
     fd_ = -1;
@@ -137,6 +147,7 @@ void OutputFile::finish() {
 }
 
 void OutputFile::publish() {
+  if (path_ == "-") return;
   if (!finished_) throw Error(ErrorKind::Internal, "publish of unfinished output file '%s'", path_.c_str());
   if (std::rename(temp_path_.c_str(), path_.c_str()) != 0) {
     const int err = errno;
@@ -154,6 +165,10 @@ void OutputFile::commit() {
 }
 
 void OutputFile::abandon() {
+  if (path_ == "-") {
+    fd_ = -1;
+    return;
+  }
   if (fd_ >= 0) {
     ::close(fd_);
     fd_ = -1;
@@ -180,7 +195,9 @@ void check_distinct_paths(const std::vector<NamedPath>& outputs, const std::vect
     if (::stat(p.c_str(), &st) == 0) k.exists = true, k.dev = st.st_dev, k.ino = st.st_ino;  // hard links too
     return k;
   };
-  auto skip = [](const NamedPath& n) { return n.path.empty() || n.path == "-"; };
+  // "-" is standard input among the inputs and standard output among the
+  // outputs: two outputs on it clash, an output and an input on it do not.
+  auto skip = [](const NamedPath& n) { return n.path.empty(); };
   std::vector<Key> out_keys;
   for (size_t i = 0; i < outputs.size(); ++i) {
     out_keys.push_back(skip(outputs[i]) ? Key{} : key(outputs[i].path));
@@ -190,7 +207,7 @@ void check_distinct_paths(const std::vector<NamedPath>& outputs, const std::vect
         throw Error(ErrorKind::Usage, "%s and %s both write '%s' ---> HINT: give each output its own file", outputs[j].flag.c_str(),
                     outputs[i].flag.c_str(), outputs[i].path.c_str());
     for (const auto& in : inputs)
-      if (!skip(in) && out_keys[i].same(key(in.path)))
+      if (!skip(in) && in.path != "-" && outputs[i].path != "-" && out_keys[i].same(key(in.path)))
         throw Error(ErrorKind::Usage, "%s '%s' is also read as %s: writing it would destroy that input ---> HINT: write elsewhere",
                     outputs[i].flag.c_str(), outputs[i].path.c_str(), in.flag.c_str());
   }

@@ -4,6 +4,8 @@
 //   out.write(data, n);
 //   out.commit();        // flush, fsync, rename to the final name
 //
+// The path "-" is standard output: written as a stream (no temporary; what was
+// written before an error stays written), for tools whose output a pipe may take.
 // Destroying an OutputFile that was not committed removes the temporary file.
 // A SIGINT/SIGTERM/SIGHUP handler (installed on first use) unlinks every
 // temporary file still open and then lets the signal kill the process, so an
@@ -64,8 +66,9 @@ class OutputFile {
 
 // Refuses, as a usage error naming both flags, two outputs of one run on the
 // same file and an output on one of its inputs (paths compared after resolving
-// symbolic links and "..": the same file under two spellings). Empty paths and
-// "-" (a standard stream) are ignored.
+// symbolic links and "..": the same file under two spellings). Empty paths are
+// ignored; "-" is standard output among outputs (two of them clash) and
+// standard input among inputs.
 struct NamedPath {
   std::string flag, path;
 };

@@ -16,6 +16,7 @@
 #include "common/log.h"
 #include "common/output_file.h"
 #include "trainer/hf_export.h"
+#include "trainer/torch_errors.h"
 #include "trainer/trainer.h"
 
 int main(int argc, char** argv) {
@@ -32,7 +33,7 @@ int main(int argc, char** argv) {
   app.add_option("--dump-logits", dump, "Write the logits of --tokens to FILE");
   app.add_option("--tokens", tokens, "Space-separated token ids for --dump-logits");
   zlm::add_common_flags(app, common);
-  return zlm::tool_main("convert_gpt", app, common, argc, argv, [&] {
+  return zlm::tool_main("convert_gpt", app, common, argc, argv, [&] { return zlm::trainer::with_torch_errors([&] {
     if (load.empty() == import_dir.empty()) throw zlm::Error(zlm::ErrorKind::Usage, "give exactly one of --load and --import-hf");
     zlm::check_distinct_paths({{"--dump-logits", dump}, {"--stats-out", common.stats_out}},
                               {{"--vocab-file", vocab_file}, {"--merge-file", merge_file}});
@@ -75,5 +76,5 @@ int main(int argc, char** argv) {
       out.commit();
     }
     return 0;
-  });
+  }); });
 }

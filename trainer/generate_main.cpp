@@ -8,6 +8,7 @@
 #include "common/error.h"
 #include "common/gpt2_bpe.h"
 #include "common/log.h"
+#include "trainer/torch_errors.h"
 #include "trainer/trainer.h"
 
 namespace {
@@ -54,11 +55,14 @@ int main(int argc, char** argv) {
   app.add_option("--top-p", o.top_p, "Nucleus sampling mass")->capture_default_str()->check(zlm::finite_range(0.0, 1.0));
   app.add_option("--seed", o.seed, "Sampling seed")->capture_default_str()->check(zlm::whole_number(0, UINT64_MAX));
   zlm::add_common_flags(app, common);
-  return zlm::tool_main("generate_gpt", app, common, argc, argv, [&] {
+  return zlm::tool_main("generate_gpt", app, common, argc, argv, [&] { return zlm::trainer::with_torch_errors([&] {
     auto bpe = zlm::Gpt2Bpe::load(o.vocab_file, o.merge_file);
     int64_t iteration = 0;
     auto model = zlm::trainer::load_model(o.load, &iteration);
     ZLM_LOG_INF("loaded %s at iteration %ld", o.load.c_str(), (long)iteration);
+    if (static_cast<int64_t>(bpe.vocab_size()) > model->config().vocab_size)
+      throw zlm::Error(zlm::ErrorKind::Usage, "%s has %zu tokens, the model in %s only %ld ---> HINT: give the vocabulary it was trained with",
+                       o.vocab_file.c_str(), bpe.vocab_size(), o.load.c_str(), (long)model->config().vocab_size);
     std::vector<int32_t> ids;
     bpe.encode(o.prompt, ids);
     if (ids.empty()) throw zlm::Error(zlm::ErrorKind::Usage, "--prompt encodes to no tokens");
@@ -77,5 +81,5 @@ int main(int argc, char** argv) {
     }
     std::printf("%s%s\n", o.prompt.c_str(), bpe.decode(out).c_str());
     return 0;
-  });
+  }); });
 }

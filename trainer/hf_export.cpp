@@ -102,14 +102,31 @@ Gpt2 import_hf(const std::string& dir, int64_t divisible_by) {
     std::smatch m;
     std::regex re(std::string("\"") + key + "\"\\s*:\\s*(-?[0-9]+)");
     if (!std::regex_search(cfg, m, re)) throw Error(ErrorKind::Format, "%s: no integer field '%s'", cfg_path.c_str(), key);
-    return std::stoll(m[1]);
+    return std::strtoll(m[1].str().c_str(), nullptr, 10);  // saturates; the ranges below refuse it
   };
-  const int64_t vocab = field("vocab_size"), padded = (vocab + divisible_by - 1) / divisible_by * divisible_by;
-  Gpt2Config c{.vocab_size = padded, .max_positions = field("n_positions"), .num_layers = field("n_layer"),
-               .hidden = field("n_embd"), .heads = field("n_head"), .hidden_dropout = 0, .attention_dropout = 0};
-  Gpt2 model(c);
+  // Plausible sizes first: the model is allocated from them.
+  auto in_range = [&](const char* key, int64_t lo, int64_t hi) {
+    const int64_t v = field(key);
+    if (v < lo || v > hi) throw Error(ErrorKind::Format, "%s: \"%s\": %ld is outside [%ld, %ld]", cfg_path.c_str(), key, (long)v, (long)lo, (long)hi);
+    return v;
+  };
+  const int64_t vocab = in_range("vocab_size", 1, int64_t{1} << 24), positions = in_range("n_positions", 1, int64_t{1} << 20);
+  const int64_t layers = in_range("n_layer", 1, 1024), hidden = in_range("n_embd", 1, 65536), heads = in_range("n_head", 1, 1024);
+  if (hidden % heads != 0) throw Error(ErrorKind::Format, "%s: n_embd %ld is not divisible by n_head %ld", cfg_path.c_str(), (long)hidden, (long)heads);
+  if (divisible_by < 1) throw Error(ErrorKind::Usage, "--make-vocab-size-divisible-by must be at least 1");
   std::string data = read_file(st_path);
-  if (data.size() < 8) throw Error(ErrorKind::Format, "%s: truncated", st_path.c_str());
+  if (data.size() < 8) throw Error(ErrorKind::Format, "%s: %zu bytes: truncated (no header length)", st_path.c_str(), data.size());
+  {  // the weights that config.json describes must fit in the file before anything is allocated
+    const uint64_t h = static_cast<uint64_t>(hidden), params = static_cast<uint64_t>(vocab) * h + static_cast<uint64_t>(positions) * h +
+                                                               static_cast<uint64_t>(layers) * (12 * h * h + 13 * h) + 2 * h;
+    if (params * 4 > data.size())
+      throw Error(ErrorKind::Format, "%s: %zu bytes, but %s describes %lu float32 parameters (%lu bytes) ---> HINT: the file is truncated "
+                  "or belongs to another model", st_path.c_str(), data.size(), cfg_path.c_str(), (unsigned long)params, (unsigned long)(params * 4));
+  }
+  const int64_t padded = (vocab + divisible_by - 1) / divisible_by * divisible_by;
+  Gpt2Config c{.vocab_size = padded, .max_positions = positions, .num_layers = layers,
+               .hidden = hidden, .heads = heads, .hidden_dropout = 0, .attention_dropout = 0};
+  Gpt2 model(c);
   uint64_t n;
   std::memcpy(&n, data.data(), 8);
   if (n > data.size() - 8) throw Error(ErrorKind::Format, "%s: header length %lu beyond the file", st_path.c_str(), (unsigned long)n);
@@ -129,9 +146,12 @@ Gpt2 import_hf(const std::string& dir, int64_t divisible_by) {
     if (it == where.end()) throw Error(ErrorKind::Format, "%s: missing tensor %s", st_path.c_str(), name.c_str());
     auto [b, e] = it->second;
     torch::Tensor target = transpose ? dst.t() : dst;
-    if (e > data_bytes || e - b != static_cast<uint64_t>(target.numel()) * 4)
-      throw Error(ErrorKind::Format, "%s: tensor %s has %lu bytes, expected %ld", st_path.c_str(), name.c_str(),
+    if (b > e || e - b != static_cast<uint64_t>(target.numel()) * 4)
+      throw Error(ErrorKind::Format, "%s: tensor %s has %lu bytes, config.json's shape needs %ld", st_path.c_str(), name.c_str(),
                   (unsigned long)(e - b), (long)(target.numel() * 4));
+    if (e > data_bytes)
+      throw Error(ErrorKind::Format, "%s: tensor %s ends at byte %lu of the data, which has only %lu (the file is truncated)", st_path.c_str(),
+                  name.c_str(), (unsigned long)e, (unsigned long)data_bytes);
     auto src = torch::from_blob(const_cast<char*>(base + b), target.sizes(), torch::kFloat);
     torch::NoGradGuard no_grad;
     target.copy_(src);

@@ -24,6 +24,22 @@ const Gpt2Bpe& tiny() {
   static Gpt2Bpe bpe = Gpt2Bpe::load(data_path("megatron/gpt2-tiny-vocab.json"), data_path("megatron/gpt2-tiny-merges.txt"));
   return bpe;
 }
+// A vocab.json of the given entries ("token": id, ...) plus the byte tokens it
+// lacks, numbered from next_id (every GPT-2 vocabulary has all 256).
+std::string vocab_with_all_bytes(const std::string& entries, int next_id) {
+  std::string json = "{" + entries;
+  for (int b = 0; b < 256; ++b) {
+    const uint32_t cp = gpt2_byte_to_codepoint(static_cast<uint8_t>(b));
+    std::string key;  // UTF-8 of the code point (below U+0800)
+    if (cp < 0x80) key += static_cast<char>(cp);
+    else key += static_cast<char>(0xC0 | (cp >> 6)), key += static_cast<char>(0x80 | (cp & 0x3F));
+    if (key == "\"" || key == "\\") key = "\\" + key;
+    if (entries.find("\"" + key + "\":") != std::string::npos) continue;
+    json += ", \"" + key + "\": " + std::to_string(next_id++);
+  }
+  return json + "}";
+}
+
 std::vector<int32_t> enc(const Gpt2Bpe& bpe, std::string_view text) {
   std::vector<int32_t> ids;
   BpeCache cache;
@@ -203,7 +219,7 @@ TEST(Gpt2Bpe, DecodeReplacesInvalidUtf8LikePython) {
 
 TEST(Gpt2Bpe, MegatronMergesQuirks) {
   test::TempDir dir;
-  test::spit(dir.path("v.json"), R"({"a": 0, "b": 1, "ab": 2, "c": 3, "abc": 4, "<|endoftext|>": 5})");
+  test::spit(dir.path("v.json"), vocab_with_all_bytes(R"("a": 0, "b": 1, "ab": 2, "c": 3, "abc": 4, "<|endoftext|>": 5)", 6));
   // First line dropped even when not a header; last merge lost without a trailing newline.
   test::spit(dir.path("m1.txt"), "a b\nab c");
   auto bpe = Gpt2Bpe::load(dir.path("v.json"), dir.path("m1.txt"));
@@ -225,6 +241,14 @@ TEST(Gpt2Bpe, BadFilesAreClearErrors) {
   EXPECT_ZLM_ERROR(Gpt2Bpe::load(dir.path("none.json"), dir.path("m.txt")), ErrorKind::Io, "none.json");
   test::spit(dir.path("v.json"), R"({"a": 0})");
   EXPECT_ZLM_ERROR(Gpt2Bpe::load(dir.path("v.json"), dir.path("none.txt")), ErrorKind::Io, "none.txt");
+  // A vocabulary without every byte, and merges that use or make tokens it lacks.
+  EXPECT_ZLM_ERROR(Gpt2Bpe::load(dir.path("v.json"), dir.path("m.txt")), ErrorKind::Format, "the byte 0x00 has no token");
+  test::spit(dir.path("v2.json"), vocab_with_all_bytes(R"("a": 0, "b": 1, "ab": 2)", 3));
+  test::spit(dir.path("uses.txt"), "#v\na b\nab zz\n");
+  EXPECT_ZLM_ERROR(Gpt2Bpe::load(dir.path("v2.json"), dir.path("uses.txt")), ErrorKind::Format, "uses.txt: line 3: 'zz' is not in");
+  test::spit(dir.path("makes.txt"), "#v\na b\nab a\n");
+  EXPECT_ZLM_ERROR(Gpt2Bpe::load(dir.path("v2.json"), dir.path("makes.txt")), ErrorKind::Format, "makes.txt: line 3: 'ab a' makes a token");
+  EXPECT_NO_THROW(Gpt2Bpe::load(dir.path("v2.json"), dir.path("m.txt")));
 }
 
 }  // namespace

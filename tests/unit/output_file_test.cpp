@@ -1,5 +1,6 @@
 #include "common/output_file.h"
 
+#include <fcntl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -113,6 +114,41 @@ TEST(CheckDistinctPaths, ClashingOutputsAndOutputsOnInputs) {
                    ErrorKind::Usage, "--stats-out '" + dir.path("in.json") + "' is also read as <input>");
   EXPECT_ZLM_ERROR(check_distinct_paths({{"<output>", dir.path("link.json")}}, {{"<input>", dir.path("in.json")}}), ErrorKind::Usage,
                    "is also read as <input>");  // the same file under another name
+}
+
+}  // namespace
+}  // namespace zlm
+
+namespace zlm {
+namespace {
+
+// "-" is standard output: no file of that name, no temporary.
+TEST(OutputFile, DashIsStandardOutput) {
+  test::TempDir dir;
+  const std::string captured = dir.path("stdout.txt");
+  pid_t pid = fork();
+  if (pid == 0) {
+    int fd = ::open(captured.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    ::dup2(fd, STDOUT_FILENO);
+    if (::chdir(dir.root().c_str()) != 0) _exit(3);
+    try {
+      OutputFile out("-", 4);
+      out.write("streamed to stdout");
+      out.commit();
+    } catch (...) {
+      _exit(2);
+    }
+    _exit(0);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  EXPECT_EQ(test::slurp(captured), "streamed to stdout");
+  EXPECT_FALSE(std::filesystem::exists(dir.path("-")));
+  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir.root()), {}), 1);
+  EXPECT_ZLM_ERROR(check_distinct_paths({{"<output>", "-"}, {"--rejected-out", "-"}}), ErrorKind::Usage, "both write '-'");
+  EXPECT_NO_THROW(check_distinct_paths({{"<output>", "-"}}, {{"<input>", "-"}}));
 }
 
 }  // namespace

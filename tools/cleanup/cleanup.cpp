@@ -336,6 +336,9 @@ void run_tasks(const CleanupOptions& opt, const CommonFlags& common, Stats& stat
 }  // namespace
 
 void run(const CleanupOptions& opt, const CommonFlags& common, Stats& stats) {
+  if (!is_language_code(opt.lang))
+    throw Error(ErrorKind::Usage, "--lang '%s' is not a language code that CLD2 detects (e.g. en, de, fr, zh, pt) ---> HINT: "
+                "every document would be dropped", opt.lang.c_str());
   if (!opt.tasks.empty()) return run_tasks(opt, common, stats);
   if (opt.input.empty() || opt.output.empty()) throw Error(ErrorKind::Usage, "give <input.jsonl> <output.jsonl> (or --tasks ...)");
   run_default(opt, common, stats);

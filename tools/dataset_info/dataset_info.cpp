@@ -39,7 +39,11 @@ int run(const InfoOptions& options, std::ostream& out, Stats& stats) {
     return 0;
   }
   uint64_t empty_docs = 0;
-  for (uint64_t k = 0; k + 1 < r.num_doc_idx(); ++k) empty_docs += r.doc_idx(k) == r.doc_idx(k + 1);
+  for (uint64_t k = 0; k + 1 < r.num_doc_idx(); ++k) {  // no sequences, or only sequences of 0 tokens
+    uint64_t tokens = 0;
+    for (uint64_t i = static_cast<uint64_t>(r.doc_idx(k)); i < static_cast<uint64_t>(r.doc_idx(k + 1)) && tokens == 0; ++i) tokens += static_cast<uint64_t>(r.size(i));
+    empty_docs += tokens == 0;
+  }
   int64_t min_len = std::numeric_limits<int64_t>::max(), max_len = 0;
   int64_t min_id = std::numeric_limits<int64_t>::max(), max_id = std::numeric_limits<int64_t>::min();
   uint64_t out_of_vocab = 0;

@@ -96,7 +96,8 @@ void run(const DedupOptions& opt, const CommonFlags& common, Stats& stats) {
   std::vector<std::string> values;
   std::string detail;
   LineBatch batch;
-  uint64_t written = 0, removed = 0, removed_chars = 0, in = 0;
+  uint64_t written = 0, removed = 0, removed_chars = 0, in = 0, missing_key = 0;
+  std::string missing_detail;
   BadRecords bad(opt.max_bad_records);
   Progress progress({.label = "docs", .total_bytes = reader.total_file_bytes(), .interval_sec = common.progress_sec,
                      .enabled = !common.no_progress && !common.quiet});
@@ -107,6 +108,7 @@ void run(const DedupOptions& opt, const CommonFlags& common, Stats& stats) {
       ++in;
       RecordStatus st = extractor.extract(line, batch.capacity_after(ref), keys, values, &detail);
       if (st != RecordStatus::Ok) {
+        if (st == RecordStatus::MissingKey) ++missing_key, missing_detail = detail;
         bad.add(opt.input + ":" + std::to_string(ref.line_number), std::string("[SKIPPING] ") + record_status_name(st) + ": " + detail);
         if (removed_out) removed_out->write_raw_line(line);
         continue;
@@ -133,6 +135,11 @@ void run(const DedupOptions& opt, const CommonFlags& common, Stats& stats) {
     progress.maybe_report();
   }
   progress.finish();
+  // A key absent from every record is a wrong flag, not bad data: an empty
+  // output with exit 0 would look like success.
+  if (in > 0 && missing_key == in)
+    throw Error(ErrorKind::Usage, "%s: every one of its %lu records lacks a key (%s) ---> HINT: check --key and --text-key",
+                opt.input.c_str(), (unsigned long)in, missing_detail.c_str());
   out.commit();
   if (removed_out) removed_out->commit();
   ZLM_LOG_INF(" [PROCESSED] time (s): %.2f | written: %lu | removed: %lu (char: %lu)", log_elapsed_sec() - t0,

@@ -244,6 +244,31 @@ void run(const FindDuplicatesOptions& opt, const CommonFlags& common, Stats& sta
   progress.finish();
   const uint64_t n = corpus.ids.size();
   if (n > UINT32_MAX) throw Error(ErrorKind::Usage, "more than 2^32 documents: split the corpus");
+  {  // An id names one document. A document of the inputs whose id a loaded
+     // fingerprint file already has would be compared with itself and counted
+     // twice: an error. Ids repeated within the inputs occur in real data (Megatron's
+     // own test set has them) and are processed as Megatron does, with a warning.
+    auto where = [&](uint64_t i) {
+      const DocSource& src = corpus.sources[i];
+      if (src.input == kLoaded) return strprintf("%s (fingerprint %lu)", opt.load_fingerprints[src.file].c_str(), (unsigned long)src.line);
+      return strprintf("%s:%lu", specs[src.input].files[src.file].c_str(), (unsigned long)src.line);
+    };
+    std::unordered_map<std::string_view, uint64_t> first;
+    first.reserve(n);
+    uint64_t repeated = 0;
+    for (uint64_t i = 0; i < n; ++i) {
+      auto [it, fresh] = first.emplace(corpus.ids[i], i);
+      if (fresh) continue;
+      if (corpus.sources[it->second].input == kLoaded && corpus.sources[i].input != kLoaded)
+        throw Error(ErrorKind::Usage, "the id '%s' names two documents: %s and %s ---> HINT: --load-fingerprints already holds this "
+                    "document: leave its file out of --inputs", corpus.ids[i].c_str(), where(it->second).c_str(), where(i).c_str());
+      if (repeated++ == 0)
+        ZLM_LOG_WRN("the id '%s' names two documents: %s and %s (ids should be unique; pairs among such documents are reported "
+                    "as Megatron reports them)", corpus.ids[i].c_str(), where(it->second).c_str(), where(i).c_str());
+    }
+    if (repeated > 1) ZLM_LOG_WRN("%lu documents repeat an id of an earlier one", (unsigned long)repeated);
+    stats.set("docs_repeated_id", repeated);
+  }
   double t_fp = log_elapsed_sec() - t0;
 
   if (!opt.save_fingerprints.empty()) {
