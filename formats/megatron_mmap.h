@@ -35,6 +35,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <cstring>
 #include <span>
 #include <string>
@@ -109,6 +110,16 @@ class MegatronReader {
   const uint8_t* bin_ = nullptr;
   const uint8_t *sizes_ = nullptr, *pointers_ = nullptr, *doc_idx_ = nullptr, *modes_ = nullptr;
 };
+
+// The first token id outside [0, limit) in the dataset, and where it is (the
+// trainer's check at open: an id beyond the vocabulary is the wrong vocabulary).
+// One pass over the .bin for the maximum (memory speed), a second one only to
+// locate a bad id. Integer dtypes only; nullopt when every id is in range.
+struct TokenIdOutOfRange {
+  uint64_t document = 0, sequence = 0;
+  int64_t id = 0;
+};
+std::optional<TokenIdOutOfRange> find_token_id_out_of_range(const MegatronReader& r, int64_t limit);
 
 // Validates an in-memory `.idx` image against a `.bin` of `bin_size` bytes
 // (the checks MegatronReader makes; exposed for the fuzzer and tests).

@@ -33,7 +33,7 @@ int main(int argc, char** argv) {
   app.add_option("--dump-logits", dump, "Write the logits of --tokens to FILE");
   app.add_option("--tokens", tokens, "Space-separated token ids for --dump-logits");
   zlm::add_common_flags(app, common);
-  return zlm::tool_main("convert_gpt", app, common, argc, argv, [&] { return zlm::trainer::with_torch_errors([&] {
+  return zlm::tool_main("convert_gpt", app, common, argc, argv, [&] { return zlm::trainer::with_torch_errors([&] { return zlm::run_with_stats("convert_gpt", common, [&](zlm::Stats& stats) {
     if (load.empty() == import_dir.empty()) throw zlm::Error(zlm::ErrorKind::Usage, "give exactly one of --load and --import-hf");
     zlm::check_distinct_paths({{"--dump-logits", dump}, {"--stats-out", common.stats_out}},
                               {{"--vocab-file", vocab_file}, {"--merge-file", merge_file}});
@@ -74,7 +74,10 @@ int main(int argc, char** argv) {
         out.write(row.str());
       }
       out.commit();
+      stats.set("logit_rows", static_cast<uint64_t>(logits.size(0)));
     }
+    stats.set("iteration", iteration);
+    stats.set("parameters", static_cast<uint64_t>(model->num_parameters()));
     return 0;
-  }); });
+  }); }); });
 }

@@ -55,7 +55,7 @@ int main(int argc, char** argv) {
   app.add_option("--top-p", o.top_p, "Nucleus sampling mass")->capture_default_str()->check(zlm::finite_range(0.0, 1.0));
   app.add_option("--seed", o.seed, "Sampling seed")->capture_default_str()->check(zlm::whole_number(0, UINT64_MAX));
   zlm::add_common_flags(app, common);
-  return zlm::tool_main("generate_gpt", app, common, argc, argv, [&] { return zlm::trainer::with_torch_errors([&] {
+  return zlm::tool_main("generate_gpt", app, common, argc, argv, [&] { return zlm::trainer::with_torch_errors([&] { return zlm::run_with_stats("generate_gpt", common, [&](zlm::Stats& stats) {
     auto bpe = zlm::Gpt2Bpe::load(o.vocab_file, o.merge_file);
     int64_t iteration = 0;
     auto model = zlm::trainer::load_model(o.load, &iteration);
@@ -80,6 +80,10 @@ int main(int argc, char** argv) {
       out.push_back(static_cast<int32_t>(next));
     }
     std::printf("%s%s\n", o.prompt.c_str(), bpe.decode(out).c_str());
+    std::fflush(stdout);
+    stats.set("iteration", iteration);
+    stats.set("prompt_tokens", static_cast<uint64_t>(ids.size() - out.size()));
+    stats.set("generated_tokens", static_cast<uint64_t>(out.size()));
     return 0;
-  }); });
+  }); }); });
 }

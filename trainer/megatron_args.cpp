@@ -99,6 +99,7 @@ std::map<std::string, Spec> specs() {
   str("--distributed-backend", &TrainArgs::distributed_backend, "nccl or gloo");
   str("--data-cache-path", &TrainArgs::data_cache_path, "directory for the index caches (default: next to the data)");
   str("--metrics-out", &TrainArgs::metrics_out, "JSON lines of every logged metric (default: <save>/metrics.jsonl)");
+  str("--stats-out", &TrainArgs::stats_out, "write the end-of-run summary as JSON to FILE (as every zerolm tool)");
   str("--tensorboard-dir", &TrainArgs::tensorboard_dir, "write TensorBoard event files here (rank 0; Megatron's scalar tags)");
   i64("--tensorboard-log-interval", &TrainArgs::tensorboard_log_interval, "iterations between TensorBoard training scalars (default 1)");
   i64("--tensorboard-queue-size", &TrainArgs::tensorboard_queue_size, "TensorBoard scalars held before they are written (default 1000)");

@@ -53,6 +53,7 @@ struct TrainArgs {
   bool log_num_zeros_in_grad = false, log_params_norm = false;
   bool exit_signal_handler = false;  // SIGTERM/SIGINT: save a checkpoint before exiting
   bool version = false, quiet = false, verbose = false;  // --version, -q, -v (as every zerolm tool)
+  std::string stats_out;  // --stats-out: the end-of-run summary as JSON (rank 0)
   // distribution
   std::string distributed_backend = "nccl";
   int64_t tensor_model_parallel_size = 1, pipeline_model_parallel_size = 1;

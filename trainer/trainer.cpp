@@ -19,6 +19,7 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "common/output_file.h"
+#include "common/stats.h"
 #include "formats/gpt_dataset.h"
 #include "trainer/checkpoint.h"
 #include "trainer/comm.h"
@@ -283,6 +284,7 @@ class Trainer {
   StageFns stage_fns(const SampleSource& src, int64_t consumed, double loss_grad_scale);
   double mean_loss(const torch::Tensor& loss_sum, int64_t micro_batches, bool* stop = nullptr);
   void stop_on_signal();
+  void summary();  // rank 0: the stats table (unless -q) and --stats-out
   double model_parallel_sum(double v);
   void train_step();
   void log_progress();
@@ -293,7 +295,7 @@ class Trainer {
   DistEnv env_;
   DeepSpeedSettings ds_;
   Placement pl_;
-  int64_t padded_vocab_ = 0, micro_ = 0;
+  int64_t padded_vocab_ = 0, vocab_entries_ = 0, micro_ = 0;
   double flops_per_iter_ = 0;
   std::unique_ptr<Comm> world_;
   std::unique_ptr<ProcessGrid> grid_;  // after world_: destroyed before it
@@ -316,7 +318,9 @@ class Trainer {
   double interval_loss_ = 0;                            // over the iterations that advanced (Megatron)
   int64_t interval_iters_ = 0, interval_advanced_ = 0;  // all iterations, and those not skipped
   int64_t skipped_iters_ = 0, nan_iters_ = 0;
-  double last_grad_norm_ = 0;
+  double last_grad_norm_ = 0, last_logged_loss_ = NAN, total_secs_ = 0;
+  std::optional<double> last_valid_loss_, test_loss_;
+  int64_t total_skipped_ = 0, iterations_run_ = 0;
   std::optional<double> last_num_zeros_, last_params_norm_;
   bool last_skipped_ = false, stop_ = false;
   std::chrono::steady_clock::time_point interval_start_;
@@ -350,6 +354,7 @@ Trainer::Trainer(const TrainArgs& args, const DistEnv& env) : a_(args), env_(env
   // Megatron pads to a multiple of --make-vocab-size-divisible-by x TP.
   const int64_t m = a_.make_vocab_size_divisible_by * a_.tensor_model_parallel_size;
   padded_vocab_ = (vocab_entries + m - 1) / m * m;
+  vocab_entries_ = vocab_entries;
   ZLM_LOG_INF(" > padded vocab (size: %ld) with %ld dummy tokens (new size: %ld)", (long)vocab_entries,
               (long)(padded_vocab_ - vocab_entries), (long)padded_vocab_);
   // Ranks meet before anything else, so that different settings are refused before they can deadlock.
@@ -378,6 +383,11 @@ void Trainer::build_data() {
   for (const auto& [w, prefix] : a_.data_path) {
     readers_.push_back(std::make_unique<MegatronReader>(prefix));
     raw_weights.push_back(w);
+    // Checked at open, not met as an index error deep in the embedding lookup.
+    if (auto bad = formats::find_token_id_out_of_range(*readers_.back(), vocab_entries_))
+      throw Error(ErrorKind::Format, "%s: document %lu (sequence %lu) holds token id %ld, but %s has %ld tokens ---> HINT: the dataset "
+                  "was tokenized with another vocabulary", formats::bin_path(prefix).c_str(), (unsigned long)bad->document,
+                  (unsigned long)bad->sequence, (long)bad->id, a_.vocab_file.c_str(), (long)vocab_entries_);
   }
   std::vector<double> weights = formats::normalize_blend_weights(raw_weights);
   ZLM_LOG_INF(" > datasets target sizes (minimum size):");
@@ -611,6 +621,7 @@ void Trainer::log_progress() {
     // Megatron: the loss averages the iterations that advanced and is left out
     // when there were none; the grad norm (of this iteration) only when it stepped.
     const double avg = interval_loss_ / static_cast<double>(std::max<int64_t>(1, interval_advanced_));
+    if (interval_advanced_ > 0) last_logged_loss_ = avg;
     const double lr_now = megatron_lr(a_, st_.iteration);
     const double tflops = flops_per_iter_ / secs / 1e12 / world_->world();
     if (log_level() >= LogLevel::Inf)  // not with -q
@@ -644,6 +655,9 @@ void Trainer::log_progress() {
       tb_->flush();
     }
   }
+  total_skipped_ += skipped_iters_;
+  iterations_run_ += interval_iters_;
+  total_secs_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - interval_start_).count();
   skipped_iters_ = nan_iters_ = 0;
   interval_loss_ = 0;
   interval_iters_ = interval_advanced_ = 0;
@@ -667,6 +681,7 @@ void Trainer::evaluate(const std::string& label, const SampleSource& src, int64_
                 std::exp(std::min(20.0, v)));
   if (log_level() >= LogLevel::Inf) std::fprintf(stderr, "%s\n%s\n%s\n", dashes(std::strlen(line) + 1).c_str(), line, dashes(std::strlen(line) + 1).c_str());
   const bool test = &src == test_src_.get();
+  (test ? test_loss_ : last_valid_loss_) = v;
   if (metrics_)
     *metrics_ << "{\"iteration\": " << st_.iteration << ", \"consumed_samples\": " << st_.consumed_train << ", \"split\": \""
               << (test ? "test" : "valid") << "\", \"lm_loss\": " << json_number(v) << ", \"ppl\": " << json_number(std::exp(std::min(20.0, v)))
@@ -699,6 +714,7 @@ int Trainer::run() {
     if (a_.exit_interval > 0 && st_.iteration % a_.exit_interval == 0) {
       if (saving && !saved_now) save();
       ZLM_LOG_INF("exiting program at iteration %ld", (long)st_.iteration);
+      summary();
       if (tb_) tb_->close();
       world_->shutdown();
       return 0;
@@ -708,9 +724,28 @@ int Trainer::run() {
   evaluate("the end of training for val data", *valid_src_, &valid_consumed);
   int64_t test_consumed = 0;
   evaluate("the end of training for test data", *test_src_, &test_consumed);
+  summary();
   if (tb_) tb_->close();
   world_->shutdown();
   return 0;
+}
+
+void Trainer::summary() {
+  if (env_.rank != 0) return;
+  Stats stats("pretrain_gpt");
+  stats.set("iteration", st_.iteration);
+  stats.set("iterations_run", iterations_run_);
+  stats.set("consumed_samples", st_.consumed_train);
+  stats.set("consumed_tokens", st_.consumed_train * a_.seq_length);
+  stats.set("skipped_iterations", total_skipped_);
+  if (std::isfinite(last_logged_loss_)) stats.set("lm_loss_last_interval", last_logged_loss_);
+  if (last_valid_loss_) stats.set("lm_loss_validation", *last_valid_loss_);
+  if (test_loss_) stats.set("lm_loss_test", *test_loss_);
+  stats.set("world_size", static_cast<int64_t>(world_->world()));
+  stats.set("train_sec", total_secs_);
+  if (total_secs_ > 0) stats.set("tokens_per_sec", static_cast<double>(iterations_run_ * a_.global_batch_size * a_.seq_length) / total_secs_);
+  if (log_level() >= LogLevel::Inf) stats.print_table();
+  if (!a_.stats_out.empty()) stats.write_json(a_.stats_out);
 }
 
 // All ranks agreed to stop after this iteration (a rank received SIGTERM or
@@ -721,6 +756,7 @@ void Trainer::stop_on_signal() {
   const int sig = g_stop_signal.load() != 0 ? g_stop_signal.load() : SIGTERM;  // a rank that only heard of it from another
   const bool save_now = a_.exit_signal_handler && !a_.save.empty();
   if (save_now) save();
+  summary();
   if (tb_) tb_->close();
   if (metrics_) metrics_->flush();
   world_->shutdown();

@@ -125,6 +125,34 @@ TEST(MegatronWriter, EmptyDocumentRepeatsDocIdx) {
   EXPECT_EQ(r.doc_idx(3), 2);
 }
 
+// The first id outside [0, limit) is found and placed (document, sequence);
+// the check agrees with a plain scan for every limit around the real maximum.
+TEST(MegatronReader, FindsTokenIdsOutsideTheVocabulary) {
+  TempDir dir;
+  for (DType dt : {DType::UInt16, DType::Int32}) {
+    const std::string prefix = dir.path(dt == DType::UInt16 ? "u16" : "i32");
+    MegatronWriter w(prefix, dt);
+    std::vector<std::vector<int32_t>> docs = {{5, 7}, {}, {9, 60000, 3}, {61000}};
+    for (const auto& d : docs) {
+      if (!d.empty()) w.add_item(std::span<const int32_t>(d));
+      w.end_document();
+    }
+    w.finalize();
+    MegatronReader r(prefix);
+    EXPECT_FALSE(find_token_id_out_of_range(r, 61001).has_value());
+    auto bad = find_token_id_out_of_range(r, 61000);
+    ASSERT_TRUE(bad.has_value());
+    EXPECT_EQ(bad->id, 61000);
+    EXPECT_EQ(bad->document, 3u);
+    EXPECT_EQ(bad->sequence, 2u);
+    bad = find_token_id_out_of_range(r, 50257);
+    ASSERT_TRUE(bad.has_value());
+    EXPECT_EQ(bad->id, 60000);
+    EXPECT_EQ(bad->document, 2u);
+    EXPECT_EQ(bad->sequence, 1u);
+  }
+}
+
 TEST(MegatronWriter, AddIndexShiftsDocIdxAndAppendsBin) {
   TempDir dir;
   auto make = [&](const std::string& name, std::vector<std::vector<int32_t>> docs) {
