@@ -4,28 +4,28 @@ BUILD_DIR ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all setup configure build test test-all demo bench clean
+.PHONY: all setup configure build test demo bench clean
 
 all: build
 
 setup:
 	@scripts/setup.sh
 
-# The trainer (pretrain_gpt) is built when the project's .venv holds torch (LibTorch).
+# The trainer (pretrain_gpt) is built from the LibTorch of the project's .venv; without torch
+# configure stops with a message (ZLM_NO_TRAINER=1 builds the data tools alone).
 configure: setup
 	@P=$$(.venv/bin/python -c 'import torch; print(torch.utils.cmake_prefix_path)' 2>/dev/null || true); \
+	if [ -z "$$P" ] && [ "$(ZLM_NO_TRAINER)" != 1 ]; then \
+	  echo "configure: .venv has no torch, so pretrain_gpt and its tests would not be built; run scripts/setup.sh" \
+	       "(or make ZLM_NO_TRAINER=1 for the data tools alone)" >&2; exit 1; fi; \
 	cmake -S . -B $(BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=Release \
 	  $${P:+-DZLM_BUILD_TRAINER=ON -DCMAKE_PREFIX_PATH=$$P} $(CMAKE_FLAGS) >/dev/null
 
 build: configure
 	@cmake --build $(BUILD_DIR) -j $(JOBS)
 
-# Default suite: everything except labels `slow` and `gpu` (see README).
+# The whole suite except label `gpu` (tests that need a GPU; see README).
 test: build
-	@cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS) -LE 'slow|gpu'
-
-# Every test that can run on this machine, slow ones included.
-test-all: build
 	@cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS) -LE gpu
 
 demo: build

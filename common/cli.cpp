@@ -74,7 +74,7 @@ void add_common_flags(CLI::App& app, CommonFlags& common) {
       ->type_name("FILE");
   app.add_option("--progress-sec", common.progress_sec, "Seconds between progress lines on stderr")
       ->group("Common")
-      ->check(CLI::PositiveNumber)
+      ->check(finite_range(0.001, 86400.0))
       ->capture_default_str();
   app.add_flag("--no-progress", common.no_progress, "Do not print progress lines")->group("Common");
 }

@@ -10,7 +10,9 @@
 // Without keep_newlines each sentence is stripped of surrounding whitespace
 // (Punkt's sentences carry none) and empty ones are dropped. With it, each
 // sentence keeps its trailing whitespace and newlines, except at the very end
-// of the text (Megatron's --keep-newlines). Views point into `text`.
+// of the text (Megatron's --keep-newlines); a piece of whitespace alone (a blank
+// line between paragraphs) is dropped, where Punkt leaves it on the sentence
+// before. Views point into `text`.
 // Cost: O(n); not thread-safe (owns an ICU iterator).
 #pragma once
 

@@ -5,7 +5,8 @@
 #  2. resuming reproduces the uninterrupted run: stop at iteration 150
 #     (--exit-interval, checkpoint), resume with --load, and the logged losses
 #     of iterations 200-300 and the final validation equal the uninterrupted
-#     run's exactly (fp32, no dropout);
+#     run's exactly (fp32, no dropout): every iteration's loss and the final
+#     weights and Adam moments bit for bit (compare_runs.py, tolerance 0);
 #  3. a corrupt checkpoint is a clear error, also when damaged inside the archive
 #     (pretrain_gpt, convert_gpt and generate_gpt name the damaged tensor);
 #     a diverging run stops at the first NaN and saves no NaN state;
@@ -21,7 +22,7 @@ common=(--num-layers 2 --hidden-size 64 --num-attention-heads 4 --micro-batch-si
         --seq-length 64 --max-position-embeddings 64 --train-iters 300 --lr 0.003 --lr-decay-style cosine
         --min-lr 0.0003 --lr-warmup-iters 20 --weight-decay 0.01 --clip-grad 1.0
         --data-path $DATA/meg-gpt2-openwebtext_text_document --vocab-file $DATA/gpt2-tiny-vocab.json
-        --merge-file $DATA/gpt2-tiny-merges.txt --split 949,50,1 --log-interval 50 --eval-interval 100
+        --merge-file $DATA/gpt2-tiny-merges.txt --split 949,50,1 --log-interval 1 --eval-interval 100
         --eval-iters 5 --hidden-dropout 0 --attention-dropout 0 --seed 1234 --data-cache-path $W/cache)
 $BIN/pretrain_gpt "${common[@]}" --save full > full.log 2>&1
 first=$(grep -m1 'validation loss at iteration' full.log | sed 's/.*lm loss value: \([^ ]*\).*/\1/')
@@ -43,6 +44,10 @@ for it in 200 250 300; do
 done
 [[ "$(grep 'end of training for val' full.log | sed 's/.*value: //')" == "$(grep 'end of training for val' part2.log | sed 's/.*value: //')" ]] ||
   { echo "FAIL: final validation differs after resume"; exit 1; }
+# Every iteration's loss (metrics.jsonl, 9 digits) and the final weights and moments, bit for bit.
+[[ $(grep -c '"lr"' part/metrics.jsonl) == 300 ]] || { echo "FAIL: the resumed run's metrics.jsonl lacks iterations"; exit 1; }
+$SRC/.venv/bin/python $SRC/tests/e2e/zero/compare_runs.py --rtol 0 --atol 0 full part ||
+  { echo "FAIL: the resumed run is not bit-identical to the uninterrupted one"; exit 1; }
 
 # generate_gpt: greedy decoding is deterministic and continues the prompt; sampling is seeded.
 if [[ -x $BIN/generate_gpt ]]; then

@@ -12,7 +12,7 @@ try:
     from transformers import GPT2LMHeadModel
 except ImportError as e:  # pragma: no cover
     print(f"SKIP: {e}")
-    sys.exit(77)
+    sys.exit(1 if os.environ.get("CI") else 77)  # CI never goes green by skipping
 
 src, bins, work = sys.argv[1:4]
 data = os.path.join(src, "tests", "data", "megatron")
@@ -36,10 +36,10 @@ with torch.no_grad():
 vocab_size = theirs.shape[-1]
 diff = (ours[:, :vocab_size] - theirs).abs().max().item()
 print(f"max |logit difference| ours vs transformers: {diff:.2e}")
-assert diff < 1e-4, diff
+assert diff < 1e-6, diff  # the README's claim
 run(os.path.join(bins, "convert_gpt"), "--import-hf", "hf", "--dump-logits", "back.txt", "--tokens", tok, "-q")
 back = torch.tensor([[float(x) for x in line.split()] for line in open(os.path.join(work, "back.txt"))])
 diff2 = (back[:, :vocab_size] - theirs).abs().max().item()
 print(f"max |logit difference| imported vs transformers: {diff2:.2e}")
-assert diff2 < 1e-4, diff2
+assert diff2 < 1e-6, diff2
 print("ok")

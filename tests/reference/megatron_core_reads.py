@@ -17,7 +17,7 @@ try:
     from megatron.core.datasets.indexed_dataset import IndexedDataset
 except ImportError as e:  # pragma: no cover
     print(f"SKIP: megatron-core not importable ({e}); run scripts/setup.sh")
-    sys.exit(77)
+    sys.exit(1 if os.environ.get("CI") else 77)  # CI never goes green by skipping
 
 bin_dir, data_dir, work = sys.argv[1:4]
 shutil.rmtree(work, ignore_errors=True)

@@ -30,7 +30,7 @@ try:
     from megatron_samples import sample_reader
 except ImportError as e:  # pragma: no cover
     print("skipped:", e)
-    sys.exit(77)
+    sys.exit(1 if os.environ.get("CI") else 77)  # CI never goes green by skipping
 
 SRC, BIN, WORK = sys.argv[1:4]
 DATA = os.path.join(SRC, "tests/data/megatron/meg-gpt2-openwebtext_text_document")

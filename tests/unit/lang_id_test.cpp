@@ -28,8 +28,10 @@ TEST(LangId, AccuracyAndAgreementWithLangdetect) {
   std::printf("CLD2 accuracy %d/%d, agreement with langdetect %d/%d, English vs not %d/%d\n", correct, total, agree, total,
               english_right, total);
   ASSERT_GE(total, 50);
+  // docs/benchmarks.md states 50/50 for each: the test holds that claim.
   EXPECT_EQ(english_right, total);  // the decision cleanup makes
-  EXPECT_GE(static_cast<double>(correct) / total, 0.95);
+  EXPECT_EQ(correct, total);
+  EXPECT_EQ(agree, total);
 }
 
 TEST(LangId, NoLettersIsUnknownAndPrefixIsUsed) {

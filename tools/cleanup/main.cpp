@@ -18,7 +18,7 @@ int main(int argc, char** argv) {
   app.add_option("--text-key", opt.text_key, "JSON key of the text")->capture_default_str();
   app.add_option("--lang", opt.lang, "Language to keep (CLD2 code)")->capture_default_str();
   app.add_option("--min-lang-percent", opt.min_lang_percent, "Also require this share (0-100) of the text's letters in --lang")
-      ->capture_default_str()->check(CLI::Range(0, 100));
+      ->capture_default_str()->check(zlm::finite_range(0.0, 100.0));
   app.add_option("--lang-id-bytes", opt.lang_id_bytes, "Language ID reads the first N bytes of each text (0: all of it)")
       ->capture_default_str();
   app.add_option("--min-tokens", opt.min_tokens, "Drop documents under 1024 characters with fewer GPT-2 tokens (EOD included)")

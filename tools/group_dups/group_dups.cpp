@@ -36,12 +36,14 @@ void run(const GroupOptions& opt, const CommonFlags& common, Stats& stats) {
   uint64_t lines = 0, links = 0;
   BadRecords bad(opt.max_bad_records);
   std::vector<uint32_t> members;
+  std::vector<std::pair<uint32_t, uint32_t>> line_links;
   while (reader.next(line)) {
     ++lines;
     if (line.empty()) continue;
     simdjson::padded_string padded(line);
     simdjson::dom::object obj;
     std::string why;
+    line_links.clear();
     auto err = parser.parse(padded).get_object().get(obj);
     if (!err) {
       for (auto [main, list] : obj) {
@@ -63,12 +65,18 @@ void run(const GroupOptions& opt, const CommonFlags& common, Stats& stats) {
               why = "a similarity is not a number";
               break;
             }
+            if (!(s >= 0.0 && s <= 1.0)) {  // NaN too: a similarity is a Jaccard ratio
+              why = strprintf("similarity %g of '%.*s' is outside [0, 1]", s, static_cast<int>(other.size()), other.data());
+              break;
+            }
             if (s >= opt.threshold) members.push_back(intern(other));
           }
         }
         if (!why.empty()) break;
-        for (size_t k = 1; k < members.size(); ++k) links += uf.unite(members[0], members[k]);
+        for (size_t k = 1; k < members.size(); ++k) line_links.emplace_back(members[0], members[k]);
       }
+      if (why.empty())  // a bad line links nothing, not even the keys before its fault
+        for (auto [a, b] : line_links) links += uf.unite(a, b);
     } else {
       why = std::string("malformed JSON: ") + simdjson::error_message(err);
     }

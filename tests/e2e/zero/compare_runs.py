@@ -19,7 +19,7 @@ def losses(run):
     with open(os.path.join(run, "metrics.jsonl")) as f:
         for line in f:
             rec = json.loads(line)
-            if "consumed_samples" in rec:
+            if "lr" in rec:  # training lines (validation lines have a "split")
                 out[rec["iteration"]] = rec["lm_loss"]
     return out
 

@@ -68,6 +68,8 @@ if [[ -x $TORCHRUN ]]; then
     { echo "FAIL: under torchrun"; tail -20 torchrun_z2.log; exit 1; }
   grep -q 'launched by torchrun' torchrun_z2.log
   runs+=(torchrun_z2)
+elif [[ -n "${CI:-}" ]]; then
+  echo "FAIL: torchrun ($TORCHRUN) is missing; scripts/setup.sh installs it"; exit 1
 fi
 # Two "nodes" on this host, each started by its own launcher (--nnodes 2 --node-rank N).
 port=$(free_port) nodes=()
@@ -99,6 +101,8 @@ if command -v mpirun > /dev/null; then
     { echo "FAIL: under mpirun"; tail -20 mpirun_z2.log; exit 1; }
   grep -q 'launched by openmpi' mpirun_z2.log
   runs+=(mpirun_z2)
+elif [[ -n "${CI:-}" ]]; then
+  echo "FAIL: mpirun is missing; scripts/setup.sh installs openmpi-bin"; exit 1
 fi
 $CMP --rtol 1e-5 --atol 1e-5 ref "${runs[@]}"
 
