@@ -96,17 +96,20 @@ OutputFile::~OutputFile() {
   if (fd_ >= 0 || finished_) abandon();
 }
 
-void OutputFile::raw_write(const char* p, size_t left) {
+void write_all(int fd, const void* data, size_t left, const char* what, const std::string& path) {
+  const char* p = static_cast<const char*>(data);
   while (left > 0) {
-    ssize_t n = ::write(fd_, p, left);
+    ssize_t n = ::write(fd, p, left);
     if (n < 0) {
       if (errno == EINTR) continue;
-      throw_errno("cannot write output file", temp_path_);
+      throw_errno(what, path);
     }
     p += n;
     left -= static_cast<size_t>(n);
   }
 }
+
+void OutputFile::raw_write(const char* p, size_t left) { write_all(fd_, p, left, "cannot write output file", temp_path_); }
 
 void OutputFile::flush_buffer() {
   raw_write(buffer_.data(), buffer_.size());

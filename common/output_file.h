@@ -77,6 +77,10 @@ void check_distinct_paths(const std::vector<NamedPath>& outputs, const std::vect
 // Writes a whole small file atomically (temp + rename).
 void write_file_atomic(const std::string& path, std::string_view content);
 
+// Writes all n bytes to fd (retrying short writes and EINTR); a failure throws
+// Error(Io) "<what> '<path>': <reason>".
+void write_all(int fd, const void* data, size_t n, const char* what, const std::string& path);
+
 // Removes a file or a directory tree (like `rm -rf`, without following
 // symbolic links); a missing path is not an error. POSIX nftw, not
 // std::filesystem::remove_all: in the trainer that symbol resolves to the copy

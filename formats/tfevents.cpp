@@ -88,16 +88,6 @@ struct Cursor {
   }
 };
 
-void write_all(int fd, const std::string& data, const std::string& path) {
-  size_t done = 0;
-  while (done < data.size()) {
-    const ssize_t n = ::write(fd, data.data() + done, data.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) throw_errno("cannot write TensorBoard events to", path);
-    done += static_cast<size_t>(n);
-  }
-}
-
 double now_seconds() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
@@ -249,7 +239,7 @@ void EventFileWriter::flush() {
   std::string out;
   out.swap(pending_);  // dropped on error: a retry would duplicate records that did reach the file
   queued_ = 0;
-  write_all(fd_, out, path_);
+  write_all(fd_, out.data(), out.size(), "cannot write TensorBoard events to", path_);
 }
 
 void EventFileWriter::close() {

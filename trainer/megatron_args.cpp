@@ -50,6 +50,9 @@ std::map<std::string, Spec> specs() {
   auto flag = [&](const char* name, bool TrainArgs::*field, const char* help) {
     m[name] = {Spec::Flag, [=](TrainArgs& a, const std::vector<std::string>&) { a.*field = true; }, help};
   };
+  auto no_flag = [&](const char* name, bool TrainArgs::*field, const char* help) {  // Megatron's --no-X: turns a default off
+    m[name] = {Spec::Flag, [=](TrainArgs& a, const std::vector<std::string>&) { a.*field = false; }, help};
+  };
   i64("--num-layers", &TrainArgs::num_layers, "transformer layers");
   i64("--hidden-size", &TrainArgs::hidden_size, "hidden size");
   i64("--num-attention-heads", &TrainArgs::num_attention_heads, "attention heads");
@@ -108,10 +111,8 @@ std::map<std::string, Spec> specs() {
   flag("--log-validation-ppl-to-tensorboard", &TrainArgs::log_validation_ppl_to_tensorboard, "TensorBoard: lm loss validation ppl");
   flag("--log-memory-to-tensorboard", &TrainArgs::log_memory_to_tensorboard, "TensorBoard: the CUDA allocator's mem-* figures (CUDA runs)");
   flag("--log-world-size-to-tensorboard", &TrainArgs::log_world_size_to_tensorboard, "TensorBoard: world-size");
-  m["--no-log-learning-rate-to-tensorboard"] = {Spec::Flag, [](TrainArgs& a, const std::vector<std::string>&) { a.log_learning_rate_to_tensorboard = false; },
-                                                "TensorBoard: leave out learning-rate"};
-  m["--no-log-loss-scale-to-tensorboard"] = {Spec::Flag, [](TrainArgs& a, const std::vector<std::string>&) { a.log_loss_scale_to_tensorboard = false; },
-                                             "TensorBoard: leave out loss-scale"};
+  no_flag("--no-log-learning-rate-to-tensorboard", &TrainArgs::log_learning_rate_to_tensorboard, "TensorBoard: leave out learning-rate");
+  no_flag("--no-log-loss-scale-to-tensorboard", &TrainArgs::log_loss_scale_to_tensorboard, "TensorBoard: leave out loss-scale");
   flag("--log-num-zeros-in-grad", &TrainArgs::log_num_zeros_in_grad, "count the zero gradient elements (log line, metrics, TensorBoard)");
   flag("--log-params-norm", &TrainArgs::log_params_norm, "the parameters' L2 norm after each step (log line, metrics, TensorBoard)");
   flag("--exit-signal-handler", &TrainArgs::exit_signal_handler, "on SIGTERM/SIGINT: finish the iteration, save a checkpoint (--save), exit 0");
@@ -136,8 +137,7 @@ std::map<std::string, Spec> specs() {
   flag("--fp16", &TrainArgs::fp16, "fp16 with dynamic loss scaling (CUDA)");
   flag("--bf16", &TrainArgs::bf16, "bf16 (CUDA)");
   flag("--checkpoint-activations", &TrainArgs::checkpoint_activations, "recompute each layer in backward");
-  m["--no-check-for-nan-in-loss-and-grad"] = {Spec::Flag, [](TrainArgs& a, const std::vector<std::string>&) { a.check_for_nan = false; },
-                                              "train on when the loss or the gradient norm is NaN/inf (default: stop)"};
+  no_flag("--no-check-for-nan-in-loss-and-grad", &TrainArgs::check_for_nan, "train on when the loss or the gradient norm is NaN/inf (default: stop)");
   flag("--check-for-nan-in-loss-and-grad", &TrainArgs::check_for_nan, "stop when the loss or the gradient norm is NaN/inf (the default)");
   // Megatron-DeepSpeed's activation-checkpointing switches (its tutorials pass them with
   // --checkpoint-activations): accepted, and what zerolm does instead is logged at start.

@@ -285,6 +285,7 @@ class Trainer {
   double mean_loss(const torch::Tensor& loss_sum, int64_t micro_batches, bool* stop = nullptr);
   void stop_on_signal();
   void summary();  // rank 0: the stats table (unless -q) and --stats-out
+  void finish();
   double model_parallel_sum(double v);
   void train_step();
   void log_progress();
@@ -581,18 +582,17 @@ void Trainer::train_step() {
                 (long)st_.iteration + 1, std::isfinite(loss_avg) ? "gradient norm" : "loss",
                 std::isnan(std::isfinite(loss_avg) ? grad_norm : loss_avg) ? "NaN" : "infinite");
   last_grad_norm_ = grad_norm;
+  last_num_zeros_.reset();  // Megatron counts them on the steps taken only
   if (last_skipped_) {  // Megatron skips the update and counts it
     ++skipped_iters_;
     nan_iters_ += !std::isfinite(loss_avg);
   } else {
     const double clip = a_.clip_grad > 0 ? std::min(1.0, a_.clip_grad / (grad_norm + 1e-6)) : 1.0;
-    last_num_zeros_.reset();
     if (a_.log_num_zeros_in_grad) last_num_zeros_ = model_parallel_sum(engine_->grad_num_zeros());
     engine_->step(lr, clip);
     interval_loss_ += loss_avg;
     ++interval_advanced_;
   }
-  if (last_skipped_) last_num_zeros_.reset();
   if (a_.log_params_norm) last_params_norm_ = std::sqrt(model_parallel_sum(engine_->param_sum_of_squares()));
   ++st_.iteration;
   st_.consumed_train += a_.global_batch_size;
@@ -714,9 +714,7 @@ int Trainer::run() {
     if (a_.exit_interval > 0 && st_.iteration % a_.exit_interval == 0) {
       if (saving && !saved_now) save();
       ZLM_LOG_INF("exiting program at iteration %ld", (long)st_.iteration);
-      summary();
-      if (tb_) tb_->close();
-      world_->shutdown();
+      finish();
       return 0;
     }
   }
@@ -724,10 +722,16 @@ int Trainer::run() {
   evaluate("the end of training for val data", *valid_src_, &valid_consumed);
   int64_t test_consumed = 0;
   evaluate("the end of training for test data", *test_src_, &test_consumed);
+  finish();
+  return 0;
+}
+
+// Every way out of run(): the summary, the logs closed, the ranks released.
+void Trainer::finish() {
   summary();
   if (tb_) tb_->close();
+  if (metrics_) metrics_->flush();
   world_->shutdown();
-  return 0;
 }
 
 void Trainer::summary() {
@@ -756,10 +760,7 @@ void Trainer::stop_on_signal() {
   const int sig = g_stop_signal.load() != 0 ? g_stop_signal.load() : SIGTERM;  // a rank that only heard of it from another
   const bool save_now = a_.exit_signal_handler && !a_.save.empty();
   if (save_now) save();
-  summary();
-  if (tb_) tb_->close();
-  if (metrics_) metrics_->flush();
-  world_->shutdown();
+  finish();
   if (a_.exit_signal_handler) {
     ZLM_LOG_INF("exiting program after receiving %s at iteration %ld%s", sig == SIGINT ? "SIGINT" : "SIGTERM", (long)st_.iteration,
                 save_now ? " (checkpoint saved)" : " (no --save: nothing saved)");

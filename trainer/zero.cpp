@@ -66,7 +66,8 @@ struct ZeroEngine::Impl {
   int64_t micro_total = 1, micro_done = 0;  // micro-batches of this step, and those whose backward is done
   std::mutex mu;
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators;  // keep the hooked nodes alive
-  double sum_counted(const std::function<torch::Tensor(const Bucket&)>& of, const std::function<torch::Tensor(const torch::Tensor&)>& f);
+  double sum_counted(const std::function<torch::Tensor(const Bucket&)>& of, const std::function<torch::Tensor(const torch::Tensor&)>& f,
+                     bool zero_padding_neutral);
   torch::Tensor anchor;      // stage 3: a leaf that requires grad, so that the embedding's backward runs
   torch::Tensor outer_grad;  // stage 3: the outer bucket's gradient, from the head's backward to the embedding's
 
@@ -492,14 +493,22 @@ torch::Tensor ZeroEngine::reduced_grad(const std::string& param) {
 }
 
 // A sum over the parts of the counted parameters (ZeroConfig::in_norm) in this
-// rank's owned range of `of(bucket)` (padding left out), over the data-parallel group.
+// rank's owned range of `of(bucket)`, over the data-parallel group. The padding
+// is left out, or, when f of zeros is zero (zero_padding_neutral) and every
+// parameter of a bucket counts, included: one reduction over the whole shard.
 double ZeroEngine::Impl::sum_counted(const std::function<torch::Tensor(const Bucket&)>& of,
-                                     const std::function<torch::Tensor(const torch::Tensor&)>& f) {
+                                     const std::function<torch::Tensor(const torch::Tensor&)>& f, bool zero_padding_neutral) {
   torch::NoGradGuard no_grad;
   auto sum = torch::zeros({1}, torch::TensorOptions().dtype(torch::kDouble).device(device));
   for (const auto& k : buckets) {
     const torch::Tensor t = of(k);
-    for (const auto& s : k.slots) {
+    bool all = zero_padding_neutral;
+    for (const auto& s : k.slots) all = all && s.in_norm;
+    if (all) {
+      sum += f(t).to(torch::kDouble).to(device);
+      continue;
+    }
+    for (const auto& s : k.slots) {  // the part of each counted parameter in the owned range
       const int64_t lo = std::max(s.offset, k.own_begin), hi = std::min(s.offset + s.numel, k.own_begin + k.own_len);
       if (s.in_norm && hi > lo) sum += f(t.narrow(0, lo - k.own_begin, hi - lo)).to(torch::kDouble).to(device);
     }
@@ -509,31 +518,15 @@ double ZeroEngine::Impl::sum_counted(const std::function<torch::Tensor(const Buc
 }
 
 double ZeroEngine::grad_sum_of_squares() {
-  torch::NoGradGuard no_grad;
-  auto& I = *impl_;
-  auto sumsq = torch::zeros({1}, torch::TensorOptions().dtype(torch::kDouble).device(I.device));
-  for (auto& k : I.buckets) {
-    bool all = true;
-    for (const auto& s : k.slots) all = all && s.in_norm;
-    if (all) {  // one reduction over the whole shard (the padding is zero)
-      sumsq += sum_of_squares(k.grad_shard).to(I.device);
-      continue;
-    }
-    for (const auto& s : k.slots) {  // the part of each counted parameter in the owned range
-      const int64_t lo = std::max(s.offset, k.own_begin), hi = std::min(s.offset + s.numel, k.own_begin + k.own_len);
-      if (s.in_norm && hi > lo) sumsq += sum_of_squares(k.grad_shard.narrow(0, lo - k.own_begin, hi - lo)).to(I.device);
-    }
-  }
-  if (I.cfg.stage > 0) I.comm.all_reduce_sum(sumsq);  // stage 0: every rank already holds every gradient
-  return sumsq.item<double>();
+  return impl_->sum_counted([](const Bucket& k) { return k.grad_shard; }, sum_of_squares, /*zero_padding_neutral=*/true);
 }
 
 double ZeroEngine::grad_num_zeros() {
-  return impl_->sum_counted([](const Bucket& k) { return k.grad_shard; }, [](const torch::Tensor& g) { return (g == 0).sum(); });
+  return impl_->sum_counted([](const Bucket& k) { return k.grad_shard; }, [](const torch::Tensor& g) { return (g == 0).sum(); }, false);
 }
 
 double ZeroEngine::param_sum_of_squares() {
-  return impl_->sum_counted([](const Bucket& k) { return k.master; }, [](const torch::Tensor& p) { return sum_of_squares(p); });
+  return impl_->sum_counted([](const Bucket& k) { return k.master; }, sum_of_squares, false);
 }
 
 void ZeroEngine::step(double lr, double clip_coef) {
