@@ -1,6 +1,5 @@
 #include "trainer/deepspeed_config.h"
 
-#include <cstdio>
 #include <fstream>
 
 #include "common/error.h"
@@ -21,8 +20,10 @@ class DeepSpeedConfig : public ::testing::Test {
     std::ofstream(path_) << text;
     return apply_deepspeed_config(a, path_, world);
   }
-  void TearDown() override { std::remove(path_.c_str()); }
-  std::string path_ = ::testing::TempDir() + "/ds_config_test.json";
+  // A directory of its own: ctest runs the tests of this fixture in parallel
+  // processes, and a shared file name let one remove the other's config.
+  test::TempDir dir_;
+  std::string path_ = dir_.path("ds_config.json");
 };
 
 // The Megatron-DeepSpeed tutorial's config, in its older form (cpu_offload) and the current one.
