@@ -1,12 +1,13 @@
 # Helpers shared by every CMakeLists of zerolm.
 
 # zlm_add_tool(<name> SOURCES main.cpp [LIB_SOURCES logic.cpp ...] [LIBS extra...])
-# One binary in build/bin/, linked to the core libraries and the warnings target.
+# One binary in build/bin/, linked to zlm_formats, zlm_io (and so zlm_core) and the warnings
+# target; LIBS adds zlm_text, zlm_tokenizer or third-party targets.
 # LIB_SOURCES (the tool's own logic) become the static library zlm_<name>_lib,
 # which the tests link too.
 function(zlm_add_tool name)
   cmake_parse_arguments(ARG "" "" "SOURCES;LIB_SOURCES;LIBS" ${ARGN})
-  set(_libs zlm_data_formats zlm_formats zlm_common ${ARG_LIBS})
+  set(_libs zlm_formats zlm_io ${ARG_LIBS})
   if(ARG_LIB_SOURCES)
     add_library(zlm_${name}_lib STATIC ${ARG_LIB_SOURCES})
     target_link_libraries(zlm_${name}_lib PUBLIC ${_libs} PRIVATE zlm_warnings)

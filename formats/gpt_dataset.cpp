@@ -6,7 +6,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "common/error.h"
+#include "common/core/error.h"
 #include "formats/npy.h"
 
 namespace zlm::formats {

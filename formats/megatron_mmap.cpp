@@ -8,9 +8,9 @@
 #include <memory>
 #include <optional>
 
-#include "common/error.h"
-#include "common/mapped_file.h"
-#include "common/output_file.h"
+#include "common/core/error.h"
+#include "common/core/mapped_file.h"
+#include "common/core/output_file.h"
 
 namespace zlm::formats {
 

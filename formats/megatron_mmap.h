@@ -41,7 +41,7 @@
 #include <string>
 #include <vector>
 
-#include "common/mapped_file.h"
+#include "common/core/mapped_file.h"
 
 namespace zlm::formats {
 

@@ -3,8 +3,8 @@
 #include <cstring>
 #include <regex>
 
-#include "common/error.h"
-#include "common/output_file.h"
+#include "common/core/error.h"
+#include "common/core/output_file.h"
 
 namespace zlm::formats {
 

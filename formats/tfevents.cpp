@@ -8,10 +8,10 @@
 #include <cstring>
 #include <filesystem>
 
-#include "common/crc32c.h"
-#include "common/error.h"
-#include "common/log.h"
-#include "common/output_file.h"
+#include "common/core/crc32c.h"
+#include "common/core/error.h"
+#include "common/core/log.h"
+#include "common/core/output_file.h"
 
 namespace zlm::formats {
 

@@ -8,13 +8,14 @@
 //   zlm_bench_optimizer --layers 12 --hidden 1024 --iters 5 [--offload] [--device cuda]
 #include <torch/torch.h>
 
+#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <stdexcept>
 #include <string>
 
-#include "common/error.h"
+#include "common/core/error.h"
+#include "common/core/json_writer.h"
 #include "trainer/comm.h"
 #include "trainer/device_memory.h"
 #include "trainer/dist_env.h"
@@ -34,11 +35,20 @@ int run(int argc, char** argv) {
       if (i + 1 >= argc) throw zlm::Error(zlm::ErrorKind::Usage, "%s needs a value", a.c_str());
       return argv[++i];
     };
-    if (a == "--layers") layers = std::stoll(next());
-    else if (a == "--hidden") hidden = std::stoll(next());
-    else if (a == "--heads") heads = std::stoll(next());
-    else if (a == "--vocab") vocab = std::stoll(next());
-    else if (a == "--iters") iters = std::stoll(next());
+    // A whole number in [1, 2^40], all of the value (std::stoll would take "12x" as 12).
+    auto count = [&]() -> int64_t {
+      const std::string v = next();
+      int64_t x = 0;
+      const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
+      if (ec != std::errc() || end != v.data() + v.size() || x < 1 || x > (int64_t{1} << 40))
+        throw zlm::Error(zlm::ErrorKind::Usage, "%s: '%s' is not a whole number from 1 to 2^40", a.c_str(), v.c_str());
+      return x;
+    };
+    if (a == "--layers") layers = count();
+    else if (a == "--hidden") hidden = count();
+    else if (a == "--heads") heads = count();
+    else if (a == "--vocab") vocab = count();
+    else if (a == "--iters") iters = count();
     else if (a == "--offload") offload = true;
     else if (a == "--device") device_name = next();
     else if (a == "--help") {
@@ -74,9 +84,13 @@ int run(int argc, char** argv) {
     if (device.is_cuda()) torch::cuda::synchronize();
     if (it > 0) total += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
-  std::printf("{\"impl\": \"zerolm%s\", \"params\": %lld, \"seconds_per_step\": %.6f, \"threads\": %d}\n",
-              offload ? " (offload)" : "", static_cast<long long>(model->num_parameters()), total / static_cast<double>(iters),
-              at::get_num_threads());
+  std::printf("%s\n", zlm::JsonObject()
+                          .add("impl", offload ? "zerolm (offload)" : "zerolm")
+                          .add("params", model->num_parameters())
+                          .add("seconds_per_step", total / static_cast<double>(iters))
+                          .add("threads", at::get_num_threads())
+                          .str()
+                          .c_str());
   return 0;
 }
 
@@ -88,10 +102,7 @@ int main(int argc, char** argv) {
     return run(argc, argv);
   } catch (const zlm::Error& e) {
     std::fprintf(stderr, "zlm_bench_optimizer: error: %s\n", e.what());
-    return 2;
-  } catch (const std::invalid_argument&) {  // std::stoll on a value that is not a number
-    std::fprintf(stderr, "zlm_bench_optimizer: error: a numeric flag has a value that is not a number\n");
-    return 2;
+    return zlm::exit_code(e.kind());
   } catch (const std::exception& e) {
     std::fprintf(stderr, "zlm_bench_optimizer: error: %s\n", e.what());
     return 1;

@@ -7,9 +7,9 @@
 #include <filesystem>
 #include <memory>
 
-#include "common/error.h"
-#include "common/log.h"
-#include "common/output_file.h"
+#include "common/core/error.h"
+#include "common/core/log.h"
+#include "common/core/output_file.h"
 
 namespace zlm::trainer {
 

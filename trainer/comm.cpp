@@ -12,8 +12,8 @@
 
 #include <algorithm>
 
-#include "common/error.h"
-#include "common/log.h"
+#include "common/core/error.h"
+#include "common/core/log.h"
 
 namespace zlm::trainer {
 

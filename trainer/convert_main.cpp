@@ -10,11 +10,11 @@
 #include <cstdlib>
 #include <sstream>
 
-#include "common/cli.h"
-#include "common/error.h"
-#include "common/gpt2_bpe.h"
-#include "common/log.h"
-#include "common/output_file.h"
+#include "common/io/cli.h"
+#include "common/core/error.h"
+#include "common/tokenizer/gpt2_bpe.h"
+#include "common/core/log.h"
+#include "common/core/output_file.h"
 #include "trainer/hf_export.h"
 #include "trainer/torch_errors.h"
 #include "trainer/trainer.h"

@@ -3,8 +3,8 @@
 #include <cmath>
 #include <set>
 
-#include "common/error.h"
-#include "common/output_file.h"
+#include "common/core/error.h"
+#include "common/core/output_file.h"
 
 #ifdef ZLM_HAVE_NLOHMANN_JSON
 #include <nlohmann/json.hpp>

@@ -6,7 +6,7 @@
 
 #include <cstdlib>
 
-#include "common/error.h"
+#include "common/core/error.h"
 
 namespace zlm::trainer {
 

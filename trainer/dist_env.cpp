@@ -3,7 +3,7 @@
 #include <charconv>
 #include <cstdlib>
 
-#include "common/error.h"
+#include "common/core/error.h"
 
 namespace zlm::trainer {
 

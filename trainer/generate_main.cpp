@@ -4,10 +4,10 @@
 
 #include <cstdio>
 
-#include "common/cli.h"
-#include "common/error.h"
-#include "common/gpt2_bpe.h"
-#include "common/log.h"
+#include "common/io/cli.h"
+#include "common/core/error.h"
+#include "common/tokenizer/gpt2_bpe.h"
+#include "common/core/log.h"
 #include "trainer/torch_errors.h"
 #include "trainer/trainer.h"
 

@@ -5,7 +5,7 @@
 #include <cmath>
 #include <cstring>
 
-#include "common/error.h"
+#include "common/core/error.h"
 
 namespace zlm::trainer {
 

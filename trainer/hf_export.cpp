@@ -3,10 +3,13 @@
 #include <cstring>
 #include <filesystem>
 #include <map>
-#include <regex>
 
-#include "common/error.h"
-#include "common/output_file.h"
+#include <simdjson.h>
+
+#include "common/core/error.h"
+#include "common/core/json_writer.h"
+#include "common/core/output_file.h"
+#include "common/tokenizer/vocab_file.h"
 
 namespace zlm::trainer {
 
@@ -47,15 +50,28 @@ std::vector<Mapped> hf_layout(Gpt2& model, int64_t vocab) {
 void export_hf(Gpt2& model, int64_t vocab, const std::string& dir) {
   std::filesystem::create_directories(dir);
   const Gpt2Config& cfg = model->config();
-  std::string config = "{\n  \"architectures\": [\"GPT2LMHeadModel\"],\n  \"model_type\": \"gpt2\",\n  \"vocab_size\": " +
-                       std::to_string(vocab) + ",\n  \"n_positions\": " + std::to_string(cfg.max_positions) +
-                       ",\n  \"n_ctx\": " + std::to_string(cfg.max_positions) + ",\n  \"n_embd\": " + std::to_string(cfg.hidden) +
-                       ",\n  \"n_layer\": " + std::to_string(cfg.num_layers) + ",\n  \"n_head\": " + std::to_string(cfg.heads) +
-                       ",\n  \"n_inner\": null,\n  \"activation_function\": \"gelu_new\",\n  \"layer_norm_epsilon\": 1e-05,\n"
-                       "  \"initializer_range\": " + std::to_string(cfg.init_std) +
-                       ",\n  \"resid_pdrop\": 0.0,\n  \"embd_pdrop\": 0.0,\n  \"attn_pdrop\": 0.0,\n  \"tie_word_embeddings\": true,\n"
-                       "  \"bos_token_id\": " + std::to_string(vocab - 1) + ",\n  \"eos_token_id\": " + std::to_string(vocab - 1) +
-                       ",\n  \"torch_dtype\": \"float32\"\n}\n";
+  const std::string config = JsonObject()
+                                 .add_raw("architectures", "[\"GPT2LMHeadModel\"]")
+                                 .add("model_type", "gpt2")
+                                 .add("vocab_size", vocab)
+                                 .add("n_positions", cfg.max_positions)
+                                 .add("n_ctx", cfg.max_positions)
+                                 .add("n_embd", cfg.hidden)
+                                 .add("n_layer", cfg.num_layers)
+                                 .add("n_head", cfg.heads)
+                                 .add_null("n_inner")
+                                 .add("activation_function", "gelu_new")
+                                 .add("layer_norm_epsilon", 1e-5)
+                                 .add("initializer_range", cfg.init_std)
+                                 .add("resid_pdrop", 0.0)
+                                 .add("embd_pdrop", 0.0)
+                                 .add("attn_pdrop", 0.0)
+                                 .add("tie_word_embeddings", true)
+                                 .add("bos_token_id", vocab - 1)
+                                 .add("eos_token_id", vocab - 1)
+                                 .add("torch_dtype", "float32")
+                                 .str() +
+                             "\n";
   struct Entry {
     std::string name;
     torch::Tensor t;  // float32, contiguous, CPU, in HF's orientation
@@ -68,16 +84,19 @@ void export_hf(Gpt2& model, int64_t vocab, const std::string& dir) {
       tensors.push_back({m.name, t.detach().to(torch::kCPU, torch::kFloat).contiguous()});
     }
   }
-  std::string header = "{\"__metadata__\": {\"format\": \"pt\"}";
+  JsonObject index;
+  index.add_raw("__metadata__", JsonObject().add("format", "pt").str());
   uint64_t offset = 0;
   for (const auto& e : tensors) {
-    uint64_t bytes = static_cast<uint64_t>(e.t.numel()) * 4;
-    header += ", \"" + e.name + "\": {\"dtype\": \"F32\", \"shape\": [";
-    for (int64_t d = 0; d < e.t.dim(); ++d) header += (d ? ", " : "") + std::to_string(e.t.size(d));
-    header += "], \"data_offsets\": [" + std::to_string(offset) + ", " + std::to_string(offset + bytes) + "]}";
+    const uint64_t bytes = static_cast<uint64_t>(e.t.numel()) * 4;
+    index.add_raw(e.name, JsonObject()
+                              .add("dtype", "F32")
+                              .add_raw("shape", json_array(e.t.sizes().vec()))
+                              .add_raw("data_offsets", json_array(std::vector<uint64_t>{offset, offset + bytes}))
+                              .str());
     offset += bytes;
   }
-  header += "}";
+  std::string header = index.str();
   while (header.size() % 8) header += ' ';  // align the data to 8 bytes, as safetensors writers do
   OutputFile out((std::filesystem::path(dir) / "model.safetensors").string());
   uint64_t n = header.size();
@@ -97,12 +116,14 @@ void export_hf(Gpt2& model, int64_t vocab, const std::string& dir) {
 Gpt2 import_hf(const std::string& dir, int64_t divisible_by) {
   std::string cfg_path = (std::filesystem::path(dir) / "config.json").string();
   std::string st_path = (std::filesystem::path(dir) / "model.safetensors").string();
-  std::string cfg = read_file(cfg_path);
+  simdjson::dom::parser config_parser;
+  simdjson::dom::object cfg;
+  if (auto err = config_parser.load(cfg_path).get(cfg))
+    throw Error(err == simdjson::IO_ERROR ? ErrorKind::Io : ErrorKind::Format, "%s: %s", cfg_path.c_str(), simdjson::error_message(err));
   auto field = [&](const char* key) -> int64_t {
-    std::smatch m;
-    std::regex re(std::string("\"") + key + "\"\\s*:\\s*(-?[0-9]+)");
-    if (!std::regex_search(cfg, m, re)) throw Error(ErrorKind::Format, "%s: no integer field '%s'", cfg_path.c_str(), key);
-    return std::strtoll(m[1].str().c_str(), nullptr, 10);  // saturates; the ranges below refuse it
+    int64_t v;
+    if (cfg[key].get_int64().get(v)) throw Error(ErrorKind::Format, "%s: no integer field '%s'", cfg_path.c_str(), key);
+    return v;
   };
   // Plausible sizes first: the model is allocated from them.
   auto in_range = [&](const char* key, int64_t lo, int64_t hi) {
@@ -123,7 +144,7 @@ Gpt2 import_hf(const std::string& dir, int64_t divisible_by) {
       throw Error(ErrorKind::Format, "%s: %zu bytes, but %s describes %lu float32 parameters (%lu bytes) ---> HINT: the file is truncated "
                   "or belongs to another model", st_path.c_str(), data.size(), cfg_path.c_str(), (unsigned long)params, (unsigned long)(params * 4));
   }
-  const int64_t padded = (vocab + divisible_by - 1) / divisible_by * divisible_by;
+  const auto padded = static_cast<int64_t>(padded_vocab_size(static_cast<uint64_t>(vocab), static_cast<uint64_t>(divisible_by)));
   Gpt2Config c{.vocab_size = padded, .max_positions = positions, .num_layers = layers,
                .hidden = hidden, .heads = heads, .hidden_dropout = 0, .attention_dropout = 0};
   Gpt2 model(c);
@@ -135,11 +156,23 @@ Gpt2 import_hf(const std::string& dir, int64_t divisible_by) {
   const uint64_t data_bytes = data.size() - 8 - n;
   // name -> (begin, end) from the header; float32 only.
   std::map<std::string, std::pair<uint64_t, uint64_t>> where;
-  std::regex entry("\"([^\"]+)\"\\s*:\\s*\\{\\s*\"dtype\"\\s*:\\s*\"([A-Z0-9]+)\"[^}]*\"data_offsets\"\\s*:\\s*\\[\\s*([0-9]+)\\s*,\\s*([0-9]+)\\s*\\]");
-  for (auto it = std::sregex_iterator(header.begin(), header.end(), entry); it != std::sregex_iterator(); ++it) {
-    if ((*it)[2] != "F32") throw Error(ErrorKind::Format, "%s: tensor %s is %s; only F32 is supported", st_path.c_str(),
-                                       (*it)[1].str().c_str(), (*it)[2].str().c_str());
-    where[(*it)[1]] = {std::stoull((*it)[3]), std::stoull((*it)[4])};
+  simdjson::dom::parser header_parser;
+  simdjson::dom::object entries;
+  if (auto err = header_parser.parse(header).get(entries))
+    throw Error(ErrorKind::Format, "%s: the header (bytes 8 to %lu) is not a JSON object: %s", st_path.c_str(), (unsigned long)(8 + n),
+                simdjson::error_message(err));
+  for (auto [key, value] : entries) {
+    if (key == "__metadata__") continue;
+    const std::string name(key);
+    std::string_view dtype;
+    simdjson::dom::array offsets;
+    uint64_t begin, end;
+    if (value["dtype"].get_string().get(dtype) || value["data_offsets"].get_array().get(offsets) || offsets.size() != 2 ||
+        offsets.at(0).get_uint64().get(begin) || offsets.at(1).get_uint64().get(end))
+      throw Error(ErrorKind::Format, "%s: tensor %s: no \"dtype\" string and two \"data_offsets\"", st_path.c_str(), name.c_str());
+    if (dtype != "F32")
+      throw Error(ErrorKind::Format, "%s: tensor %s is %.*s; only F32 is supported", st_path.c_str(), name.c_str(), (int)dtype.size(), dtype.data());
+    where[name] = {begin, end};
   }
   auto copy = [&](const std::string& name, torch::Tensor dst, bool transpose) {
     auto it = where.find(name);

@@ -5,9 +5,9 @@
 #include <cstdlib>
 #include <string>
 
-#include "common/build_info.h"
-#include "common/error.h"
-#include "common/log.h"
+#include "common/core/build_info.h"
+#include "common/core/error.h"
+#include "common/core/log.h"
 #include "trainer/device_memory.h"
 #include "trainer/launcher.h"
 #include "trainer/megatron_args.h"
@@ -46,7 +46,7 @@ int main(int argc, char** argv) {
     return zlm::trainer::train(args);
   } catch (const zlm::Error& e) {
     std::fprintf(stderr, "pretrain_gpt: error:%s %s\n", rank_prefix().c_str(), e.what());
-    return e.kind() == zlm::ErrorKind::Usage ? 2 : 1;
+    return zlm::exit_code(e.kind());
   } catch (const c10::Error& e) {
     std::fprintf(stderr, "pretrain_gpt: error (LibTorch):%s %s\n", rank_prefix().c_str(), e.what_without_backtrace());
     return 1;

@@ -8,7 +8,7 @@
 #include <map>
 #include <set>
 
-#include "common/error.h"
+#include "common/core/error.h"
 
 namespace zlm::trainer {
 

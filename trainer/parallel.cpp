@@ -2,8 +2,8 @@
 
 #include <mutex>
 
-#include "common/error.h"
-#include "common/log.h"
+#include "common/core/error.h"
+#include "common/core/log.h"
 
 namespace zlm::trainer {
 

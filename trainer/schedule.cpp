@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "common/error.h"
+#include "common/core/error.h"
 
 namespace zlm::trainer {
 

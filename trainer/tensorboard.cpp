@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
-#include "common/error.h"
-#include "common/log.h"
+#include "common/core/error.h"
+#include "common/core/log.h"
 #include "formats/tfevents.h"
 
 namespace zlm::trainer {

@@ -10,7 +10,7 @@
 
 #include <string>
 
-#include "common/error.h"
+#include "common/core/error.h"
 
 namespace zlm::trainer {
 

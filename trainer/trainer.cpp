@@ -10,16 +10,17 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <iomanip>
 #include <memory>
 #include <optional>
 #include <sstream>
 #include <tuple>
 
-#include "common/error.h"
-#include "common/log.h"
-#include "common/output_file.h"
-#include "common/stats.h"
+#include "common/core/error.h"
+#include "common/core/json_writer.h"
+#include "common/core/log.h"
+#include "common/core/output_file.h"
+#include "common/core/stats.h"
+#include "common/tokenizer/vocab_file.h"
 #include "formats/gpt_dataset.h"
 #include "trainer/checkpoint.h"
 #include "trainer/comm.h"
@@ -52,42 +53,6 @@ void install_stop_handler() {
   sigemptyset(&sa.sa_mask);
   sa.sa_flags = SA_RESETHAND | SA_RESTART;
   for (int sig : {SIGTERM, SIGINT}) sigaction(sig, &sa, nullptr);
-}
-
-// The vocabulary size (entries of vocab.json) and the id of <|endoftext|>,
-// read without a JSON library (the trainer builds where simdjson is absent).
-std::pair<int64_t, int64_t> read_vocab(const std::string& path) {
-  std::string s = read_file(path);
-  int64_t entries = 0, eod = -1;
-  int depth = 0;
-  bool in_string = false;
-  std::string current;
-  for (size_t i = 0; i < s.size(); ++i) {
-    char c = s[i];
-    if (in_string) {
-      if (c == '\\' && i + 1 < s.size()) {
-        current.push_back(s[++i]);
-      } else if (c == '"') {
-        in_string = false;
-      } else {
-        current.push_back(c);
-      }
-      continue;
-    }
-    if (c == '"') {
-      in_string = true;
-      current.clear();
-    } else if (c == '{') {
-      ++depth;
-    } else if (c == '}') {
-      --depth;
-    } else if (c == ':' && depth == 1) {
-      ++entries;
-      if (current == "<|endoftext|>") eod = std::strtoll(s.c_str() + i + 1, nullptr, 10);
-    }
-  }
-  if (entries == 0) throw Error(ErrorKind::Format, "%s: no entries (not a GPT-2 vocab.json?)", path.c_str());
-  return {entries, eod};
 }
 
 // Samples of one split: one dataset, or a blend of several (§5.12).
@@ -163,7 +128,7 @@ std::pair<torch::Tensor, torch::Tensor> batch(const SampleSource& src, int64_t f
 std::string dashes(size_t n) { return std::string(n, '-'); }
 
 // A number for metrics.jsonl: null where it is not finite (JSON has no NaN).
-std::string json_number(double v) { return std::isfinite(v) ? strprintf("%.9g", v) : "null"; }
+std::optional<double> finite_or_null(double v) { return std::isfinite(v) ? std::optional<double>(v) : std::nullopt; }
 
 // What must be equal on every rank; a difference is refused at start.
 std::string run_fingerprint(const TrainArgs& a, int64_t padded_vocab, const std::string& precision) {
@@ -351,10 +316,10 @@ Trainer::Trainer(const TrainArgs& args, const DistEnv& env) : a_(args), env_(env
   pl_ = place(a_, env);
   scaler_ = LossScaler(a_.loss_scale > 0 ? a_.loss_scale : a_.initial_loss_scale, a_.min_loss_scale, a_.loss_scale_window, a_.hysteresis,
                        a_.loss_scale <= 0);
-  auto [vocab_entries, eod] = read_vocab(a_.vocab_file);
+  const auto [vocab_entries, eod] = read_vocab_summary(a_.vocab_file);
   // Megatron pads to a multiple of --make-vocab-size-divisible-by x TP.
-  const int64_t m = a_.make_vocab_size_divisible_by * a_.tensor_model_parallel_size;
-  padded_vocab_ = (vocab_entries + m - 1) / m * m;
+  padded_vocab_ = static_cast<int64_t>(padded_vocab_size(static_cast<uint64_t>(vocab_entries), static_cast<uint64_t>(a_.make_vocab_size_divisible_by),
+                                                         static_cast<uint64_t>(a_.tensor_model_parallel_size)));
   vocab_entries_ = vocab_entries;
   ZLM_LOG_INF(" > padded vocab (size: %ld) with %ld dummy tokens (new size: %ld)", (long)vocab_entries,
               (long)(padded_vocab_ - vocab_entries), (long)padded_vocab_);
@@ -485,20 +450,21 @@ void Trainer::report_memory_plan() {
     ZLM_LOG_INF("     (pipeline: the first stage holds up to %ld micro-batches' activations, the last %ld)", (long)schedule_->max_in_flight(micro_),
                 (long)std::min<int64_t>(1, micro_));
   if (!metrics_) return;
-  auto list = [&](int f) {
-    std::string out;
-    for (int r = 0; r < W; ++r) out += (r ? ", " : "") + std::to_string(field(r, f));
-    return out;
+  auto per_rank = [&](int f) {
+    std::vector<int64_t> v(static_cast<size_t>(W));
+    for (int r = 0; r < W; ++r) v[static_cast<size_t>(r)] = field(r, f);
+    return json_array(v);
   };
-  *metrics_ << "{\"memory_plan\": {\"zero_stage\": " << a_.zero_stage << ", \"world_size\": " << W << ", \"tensor_parallel\": " << g.tp_size()
-            << ", \"pipeline_parallel\": " << g.pp_size() << ", \"data_parallel\": " << g.dp_size()
-            << ", \"cpu_offload\": " << (a_.cpu_offload ? "true" : "false") << ", \"params_device\": " << plan.params_device
-            << ", \"params_host\": " << plan.params_host << ", \"grads_device\": " << plan.grads_device << ", \"grads_host\": " << plan.grads_host
-            << ", \"optim_device\": " << plan.optim_device << ", \"optim_host\": " << plan.optim_host << ", \"parameters\": " << engine_->unpadded_numel()
-            << ", \"padded_parameters\": " << engine_->padded_numel() << ", \"optimizer_state_bytes_unsharded\": " << unsharded
-            << ", \"optimizer_state_bytes_padded\": " << engine_->optimizer_state_bytes_full(true)
-            << ", \"optimizer_state_bytes_per_rank\": [" << list(0) << "], \"resident_parameter_bytes_per_rank\": [" << list(1)
-            << "], \"parameters_per_rank\": [" << list(2) << "], \"activation_bytes_per_rank\": [" << list(9) << "]}}" << std::endl;
+  JsonObject m;
+  m.add("zero_stage", a_.zero_stage).add("world_size", W).add("tensor_parallel", g.tp_size()).add("pipeline_parallel", g.pp_size());
+  m.add("data_parallel", g.dp_size()).add("cpu_offload", a_.cpu_offload);
+  m.add("params_device", plan.params_device).add("params_host", plan.params_host).add("grads_device", plan.grads_device);
+  m.add("grads_host", plan.grads_host).add("optim_device", plan.optim_device).add("optim_host", plan.optim_host);
+  m.add("parameters", engine_->unpadded_numel()).add("padded_parameters", engine_->padded_numel());
+  m.add("optimizer_state_bytes_unsharded", unsharded).add("optimizer_state_bytes_padded", engine_->optimizer_state_bytes_full(true));
+  m.add_raw("optimizer_state_bytes_per_rank", per_rank(0)).add_raw("resident_parameter_bytes_per_rank", per_rank(1));
+  m.add_raw("parameters_per_rank", per_rank(2)).add_raw("activation_bytes_per_rank", per_rank(9));
+  *metrics_ << JsonObject().add_raw("memory_plan", m.str()).str() << std::endl;
   check_metrics();
 }
 
@@ -639,16 +605,19 @@ void Trainer::log_progress() {
     if (pl_.cuda && st_.iteration == a_.log_interval)  // Megatron reports memory once, after the first interval
       std::fprintf(stderr, "%s\n", cuda_memory_report(env_.rank, st_.iteration, pl_.gpu).c_str());
     if (metrics_)
-      *metrics_ << "{\"iteration\": " << st_.iteration << ", \"consumed_samples\": " << st_.consumed_train << std::setprecision(9)
-                << ", \"lm_loss\": " << (interval_advanced_ > 0 ? json_number(avg) : "null") << ", \"lr\": " << lr_now
-                << ", \"grad_norm\": " << (last_skipped_ ? "null" : json_number(last_grad_norm_))
-                << ", \"loss_scale\": " << (pl_.fp16 ? scaler_.scale() : 1.0) << ", \"batch_size\": " << gbs << ", \"world_size\": " << world_->world()
-                << (last_num_zeros_ ? ", \"num_zeros\": " + json_number(*last_num_zeros_) : "")
-                << (last_params_norm_ ? ", \"params_norm\": " + json_number(*last_params_norm_) : "")
-                << ", \"skipped_iterations\": " << skipped_iters_
-                << ", \"seconds_per_iteration\": " << secs << ", \"tflops_per_rank\": " << tflops
-                << ", \"tokens_per_second\": " << static_cast<double>(gbs * a_.seq_length) / secs
-                << ", \"peak_device_bytes\": " << (pl_.cuda ? cuda_peak_allocated(pl_.gpu) : 0) << "}" << std::endl;
+    {
+      JsonObject m;
+      m.add("iteration", st_.iteration).add("consumed_samples", st_.consumed_train);
+      m.add("lm_loss", interval_advanced_ > 0 ? finite_or_null(avg) : std::nullopt).add("lr", lr_now);
+      m.add("grad_norm", last_skipped_ ? std::nullopt : finite_or_null(last_grad_norm_));
+      m.add("loss_scale", pl_.fp16 ? scaler_.scale() : 1.0).add("batch_size", gbs).add("world_size", world_->world());
+      if (last_num_zeros_) m.add("num_zeros", finite_or_null(*last_num_zeros_));
+      if (last_params_norm_) m.add("params_norm", finite_or_null(*last_params_norm_));
+      m.add("skipped_iterations", skipped_iters_).add("seconds_per_iteration", secs).add("tflops_per_rank", finite_or_null(tflops));
+      m.add("tokens_per_second", finite_or_null(static_cast<double>(gbs * a_.seq_length) / secs));
+      m.add("peak_device_bytes", pl_.cuda ? cuda_peak_allocated(pl_.gpu) : int64_t{0});
+      *metrics_ << m.str() << std::endl;
+    }
     check_metrics();
     if (tb_) {
       tb_->iteration_time(st_.iteration, secs);
@@ -683,9 +652,14 @@ void Trainer::evaluate(const std::string& label, const SampleSource& src, int64_
   const bool test = &src == test_src_.get();
   (test ? test_loss_ : last_valid_loss_) = v;
   if (metrics_)
-    *metrics_ << "{\"iteration\": " << st_.iteration << ", \"consumed_samples\": " << st_.consumed_train << ", \"split\": \""
-              << (test ? "test" : "valid") << "\", \"lm_loss\": " << json_number(v) << ", \"ppl\": " << json_number(std::exp(std::min(20.0, v)))
-              << "}" << std::endl;
+    *metrics_ << JsonObject()
+                     .add("iteration", st_.iteration)
+                     .add("consumed_samples", st_.consumed_train)
+                     .add("split", test ? "test" : "valid")
+                     .add("lm_loss", finite_or_null(v))
+                     .add("ppl", finite_or_null(std::exp(std::min(20.0, v))))
+                     .str()
+              << std::endl;
   check_metrics();
   if (tb_) {
     tb_->evaluation(test ? "test" : "validation", st_.iteration, st_.consumed_train, v);

@@ -10,8 +10,8 @@
 #include <map>
 #include <mutex>
 
-#include "common/error.h"
-#include "common/log.h"
+#include "common/core/error.h"
+#include "common/core/log.h"
 
 namespace zlm::trainer {
 

@@ -5,8 +5,8 @@
 
 #include <sstream>
 
-#include "common/minhash.h"
-#include "common/output_file.h"
+#include "tools/find_duplicates/minhash.h"
+#include "common/core/output_file.h"
 
 namespace {
 

@@ -7,9 +7,9 @@
 #include <filesystem>
 #include <fstream>
 
-#include "common/error.h"
-#include "common/jsonl.h"
-#include "common/output_file.h"
+#include "common/core/error.h"
+#include "common/io/jsonl.h"
+#include "common/core/output_file.h"
 #include "formats/megatron_mmap.h"
 
 namespace {

@@ -9,10 +9,10 @@
 #include <fstream>
 #include <sstream>
 
-#include "common/error.h"
-#include "common/gpt2_bpe.h"
-#include "common/gpt2_pretokenizer.h"
-#include "common/output_file.h"
+#include "common/core/error.h"
+#include "common/tokenizer/gpt2_bpe.h"
+#include "common/tokenizer/gpt2_pretokenizer.h"
+#include "common/core/output_file.h"
 
 namespace {
 

@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "common/error.h"
+#include "common/core/error.h"
 #include "formats/megatron_mmap.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

@@ -12,8 +12,8 @@ if [[ -z "$CXX" ]] || ! echo 'int main(){}' | "$CXX" -x c++ -fsanitize=fuzzer-no
   exit 77
 fi
 "$CXX" -std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -I"$SRC" \
-  "$SRC/tests/fuzz/megatron_idx_fuzz.cpp" "$SRC/formats/megatron_mmap.cpp" "$SRC/common/error.cpp" \
-  "$SRC/common/output_file.cpp" "$SRC/common/mapped_file.cpp" -o "$WORK/megatron_idx_fuzz"
+  "$SRC/tests/fuzz/megatron_idx_fuzz.cpp" "$SRC/formats/megatron_mmap.cpp" "$SRC/common/core/error.cpp" \
+  "$SRC/common/core/output_file.cpp" "$SRC/common/core/mapped_file.cpp" -o "$WORK/megatron_idx_fuzz"
 # Seeds: real index files with a matching .bin size prefix.
 for p in test_text_document ag_news_prompt_targets_document ag_news_prompt_inputs_document; do
   python3 - "$SRC/tests/data/megatron/$p" "$WORK/corpus/$p" <<'PY'

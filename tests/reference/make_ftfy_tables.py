@@ -1,7 +1,7 @@
-"""Generates common/ftfy_tables.inc: the data tables of ftfy 6.3.1 that
-common/text_fix.cpp needs to behave like ftfy.fix_text (the algorithm itself is
+"""Generates common/text/ftfy_tables.inc: the data tables of ftfy 6.3.1 that
+common/text/text_fix.cpp needs to behave like ftfy.fix_text (the algorithm itself is
 implemented there, on ICU). Rerun after changing the pinned ftfy version:
-    .venv/bin/python tests/reference/make_ftfy_tables.py > common/ftfy_tables.inc
+    .venv/bin/python tests/reference/make_ftfy_tables.py > common/text/ftfy_tables.inc
 
 Tables: the ten single-byte "charmap" encodings ftfy tries (byte -> code point,
 ftfy's sloppy codecs included), its HTML entity table, the fullwidth map, the

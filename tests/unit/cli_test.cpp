@@ -1,6 +1,6 @@
-#include "common/cli.h"
+#include "common/io/cli.h"
 
-#include "common/error.h"
+#include "common/core/error.h"
 #include "test_util.h"
 
 namespace zlm {

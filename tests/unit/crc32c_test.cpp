@@ -1,4 +1,4 @@
-#include "common/crc32c.h"
+#include "common/core/crc32c.h"
 
 #include <gtest/gtest.h>
 

@@ -2,7 +2,7 @@
 
 #include <fstream>
 
-#include "common/error.h"
+#include "common/core/error.h"
 #include "test_util.h"
 
 namespace zlm::trainer {

@@ -2,7 +2,7 @@
 
 #include <map>
 
-#include "common/error.h"
+#include "common/core/error.h"
 #include "test_util.h"
 #include "trainer/launcher.h"
 #include "trainer/megatron_args.h"

@@ -1,4 +1,4 @@
-#include "common/error.h"
+#include "common/core/error.h"
 
 #include <cerrno>
 

@@ -7,9 +7,9 @@
 #include <set>
 #include <sstream>
 
-#include "common/error.h"
-#include "common/json_escape.h"
-#include "common/minhash.h"
+#include "common/core/error.h"
+#include "common/core/json_writer.h"
+#include "tools/find_duplicates/minhash.h"
 #include "test_util.h"
 
 namespace zlm::find_duplicates {

@@ -1,13 +1,13 @@
-#include "common/gpt2_bpe.h"
+#include "common/tokenizer/gpt2_bpe.h"
 
 #include <simdjson.h>
 
 #include <random>
 #include <sstream>
 
-#include "common/error.h"
-#include "common/gpt2_pretokenizer.h"
-#include "common/utf8.h"
+#include "common/core/error.h"
+#include "common/tokenizer/gpt2_pretokenizer.h"
+#include "common/core/utf8.h"
 #include "formats/megatron_mmap.h"
 #include "test_util.h"
 

@@ -5,7 +5,7 @@
 
 #include <simdjson.h>
 
-#include "common/error.h"
+#include "common/core/error.h"
 #include "test_util.h"
 
 namespace zlm::formats {

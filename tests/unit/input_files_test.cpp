@@ -1,6 +1,6 @@
-#include "common/input_files.h"
+#include "common/io/input_files.h"
 
-#include "common/error.h"
+#include "common/core/error.h"
 #include "test_util.h"
 
 namespace zlm {

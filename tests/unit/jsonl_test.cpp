@@ -1,4 +1,4 @@
-#include "common/jsonl.h"
+#include "common/io/jsonl.h"
 
 #include "test_util.h"
 

@@ -1,4 +1,4 @@
-#include "common/jsonl_writer.h"
+#include "common/core/jsonl_writer.h"
 
 #include <limits>
 

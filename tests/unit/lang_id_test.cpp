@@ -1,4 +1,4 @@
-#include "common/lang_id.h"
+#include "common/text/lang_id.h"
 
 #include <sstream>
 

@@ -1,8 +1,8 @@
-#include "common/line_reader.h"
+#include "common/io/line_reader.h"
 
 #include <cstdlib>
 
-#include "common/error.h"
+#include "common/core/error.h"
 #include "test_util.h"
 
 namespace zlm {

@@ -1,4 +1,4 @@
-#include "common/log.h"
+#include "common/core/log.h"
 
 #include "test_util.h"
 

@@ -4,7 +4,7 @@
 #include <filesystem>
 #include <sstream>
 
-#include "common/error.h"
+#include "common/core/error.h"
 #include "test_util.h"
 
 namespace zlm::formats {

@@ -1,9 +1,9 @@
-#include "common/minhash.h"
+#include "tools/find_duplicates/minhash.h"
 
 #include <cmath>
 #include <random>
 
-#include "common/union_find.h"
+#include "tools/group_dups/union_find.h"
 #include "test_util.h"
 
 namespace zlm {

@@ -1,4 +1,4 @@
-#include "common/output_file.h"
+#include "common/core/output_file.h"
 
 #include <fcntl.h>
 #include <sys/wait.h>
@@ -7,7 +7,7 @@
 #include <csignal>
 #include <filesystem>
 
-#include "common/error.h"
+#include "common/core/error.h"
 #include "test_util.h"
 
 namespace zlm {

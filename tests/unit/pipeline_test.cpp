@@ -1,4 +1,4 @@
-#include "common/pipeline.h"
+#include "common/io/pipeline.h"
 
 #include <stdexcept>
 

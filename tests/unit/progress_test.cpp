@@ -1,4 +1,4 @@
-#include "common/progress.h"
+#include "common/core/progress.h"
 
 #include "test_util.h"
 

@@ -1,4 +1,4 @@
-#include "common/sentence_splitter.h"
+#include "common/text/sentence_splitter.h"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-#include "common/stats.h"
+#include "common/core/stats.h"
 
 #include "test_util.h"
 

@@ -4,7 +4,7 @@
 
 #include <map>
 
-#include "common/error.h"
+#include "common/core/error.h"
 #include "formats/tfevents.h"
 #include "test_util.h"
 

@@ -1,4 +1,4 @@
-#include "common/text_fix.h"
+#include "common/text/text_fix.h"
 
 #include <simdjson.h>
 

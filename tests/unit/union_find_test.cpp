@@ -1,4 +1,4 @@
-#include "common/union_find.h"
+#include "tools/group_dups/union_find.h"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-#include "common/url_filter.h"
+#include "tools/blacklist_urls/url_filter.h"
 
 #include <sstream>
 

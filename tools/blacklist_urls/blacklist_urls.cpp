@@ -7,14 +7,14 @@
 #include <filesystem>
 #include <memory>
 
-#include "common/error.h"
-#include "common/hash_set128.h"
-#include "common/line_reader.h"
-#include "common/log.h"
-#include "common/output_file.h"
-#include "common/pipeline.h"
-#include "common/progress.h"
-#include "common/url_filter.h"
+#include "common/core/error.h"
+#include "tools/blacklist_urls/hash_set128.h"
+#include "common/io/line_reader.h"
+#include "common/core/log.h"
+#include "common/core/output_file.h"
+#include "common/io/pipeline.h"
+#include "common/core/progress.h"
+#include "tools/blacklist_urls/url_filter.h"
 
 namespace zlm::blacklist_urls {
 

@@ -1,6 +1,6 @@
 // blacklist_urls: Megatron's tools/openwebtext/blacklist_urls.py
 // (docs/compatibility.md, "OpenWebText scripts"): drop URLs by domain blacklist, file extension,
-// length, malformed form and duplicates (common/url_filter.h for the rules).
+// length, malformed form and duplicates (tools/blacklist_urls/url_filter.h for the rules).
 //
 // Inputs: directories (their *.txt files in sorted order, as Megatron's
 // `blacklist_urls <dir> <output>`), files, or "-" for stdin; each line is one
@@ -14,8 +14,8 @@
 #include <string>
 #include <vector>
 
-#include "common/cli.h"
-#include "common/stats.h"
+#include "common/io/cli.h"
+#include "common/core/stats.h"
 
 namespace zlm::blacklist_urls {
 

@@ -2,8 +2,8 @@
 // Filters URL lists as Megatron's blacklist_urls.py (deterministic, multi-threaded).
 #include <thread>
 
-#include "common/cli.h"
-#include "common/error.h"
+#include "common/io/cli.h"
+#include "common/core/error.h"
 #include "tools/blacklist_urls/blacklist_urls.h"
 
 int main(int argc, char** argv) {

@@ -7,20 +7,20 @@
 #include <filesystem>
 #include <memory>
 
-#include "common/output_file.h"
-#include "common/bad_records.h"
-#include "common/error.h"
-#include "common/utf8.h"
-#include "common/input_files.h"
-#include "common/json_escape.h"
-#include "common/jsonl.h"
-#include "common/jsonl_writer.h"
-#include "common/lang_id.h"
-#include "common/log.h"
-#include "common/pipeline.h"
-#include "common/progress.h"
-#include "common/text_fix.h"
-#include "common/tokenizer.h"
+#include "common/core/output_file.h"
+#include "common/core/bad_records.h"
+#include "common/core/error.h"
+#include "common/core/utf8.h"
+#include "common/io/input_files.h"
+#include "common/core/json_writer.h"
+#include "common/io/jsonl.h"
+#include "common/core/jsonl_writer.h"
+#include "common/text/lang_id.h"
+#include "common/core/log.h"
+#include "common/io/pipeline.h"
+#include "common/core/progress.h"
+#include "common/text/text_fix.h"
+#include "common/tokenizer/tokenizer.h"
 
 namespace zlm::cleanup {
 

@@ -2,7 +2,7 @@
 // cleanup_fix_dataset.py (docs/compatibility.md, "OpenWebText scripts").
 //
 // Default mode, per JSONL document in input order (any --workers):
-//   1. text = fix_text(text) (ftfy.fix_text equivalent, common/text_fix.h);
+//   1. text = fix_text(text) (ftfy.fix_text equivalent, common/text/text_fix.h);
 //   2. drop it unless CLD2 says --lang (default en) for at least
 //      --min-lang-percent of its letters (Megatron: unseeded langdetect);
 //   3. if it has fewer than 1024 characters, drop it when its GPT-2 token
@@ -22,8 +22,8 @@
 #include <string>
 #include <vector>
 
-#include "common/cli.h"
-#include "common/stats.h"
+#include "common/io/cli.h"
+#include "common/core/stats.h"
 
 namespace zlm::cleanup {
 

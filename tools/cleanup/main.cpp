@@ -2,7 +2,7 @@
 // cleanup --tasks T... --input-files F... --output-path DIR   (cleanup_fix_dataset.py)
 #include <thread>
 
-#include "common/cli.h"
+#include "common/io/cli.h"
 #include "tools/cleanup/cleanup.h"
 
 int main(int argc, char** argv) {

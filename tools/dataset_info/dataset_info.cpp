@@ -4,8 +4,8 @@
 #include <limits>
 #include <ostream>
 
-#include "common/error.h"
-#include "common/gpt2_bpe.h"
+#include "common/core/error.h"
+#include "common/tokenizer/gpt2_bpe.h"
 #include <memory>
 #include "formats/megatron_mmap.h"
 

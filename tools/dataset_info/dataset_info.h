@@ -12,7 +12,7 @@
 #include <iosfwd>
 #include <string>
 
-#include "common/stats.h"
+#include "common/core/stats.h"
 
 namespace zlm::dataset_info {
 

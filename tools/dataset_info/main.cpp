@@ -3,8 +3,8 @@
 // or the token ids of one document.
 #include <iostream>
 
-#include "common/cli.h"
-#include "common/output_file.h"
+#include "common/io/cli.h"
+#include "common/core/output_file.h"
 #include "tools/dataset_info/dataset_info.h"
 
 int main(int argc, char** argv) {

@@ -6,15 +6,15 @@
 #include <unordered_map>
 #include <vector>
 
-#include "common/output_file.h"
-#include "common/bad_records.h"
-#include "common/error.h"
-#include "common/jsonl.h"
-#include "common/jsonl_writer.h"
-#include "common/line_reader.h"
-#include "common/log.h"
-#include "common/progress.h"
-#include "common/utf8.h"
+#include "common/core/output_file.h"
+#include "common/core/bad_records.h"
+#include "common/core/error.h"
+#include "common/io/jsonl.h"
+#include "common/core/jsonl_writer.h"
+#include "common/io/line_reader.h"
+#include "common/core/log.h"
+#include "common/core/progress.h"
+#include "common/core/utf8.h"
 
 namespace zlm::dedup {
 

@@ -15,8 +15,8 @@
 
 #include <string>
 
-#include "common/cli.h"
-#include "common/stats.h"
+#include "common/io/cli.h"
+#include "common/core/stats.h"
 
 namespace zlm::dedup {
 

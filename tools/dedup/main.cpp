@@ -1,6 +1,6 @@
 // dedup <groups> <data.jsonl> <output.jsonl>
 // Keeps one document per group of near-duplicates (Megatron's remove_group_duplicates.py).
-#include "common/cli.h"
+#include "common/io/cli.h"
 #include "tools/dedup/dedup.h"
 
 int main(int argc, char** argv) {

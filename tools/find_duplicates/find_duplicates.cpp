@@ -12,18 +12,18 @@
 #include <memory>
 #include <unordered_map>
 
-#include "common/output_file.h"
-#include "common/bad_records.h"
-#include "common/error.h"
-#include "common/input_files.h"
-#include "common/json_escape.h"
-#include "common/jsonl.h"
-#include "common/jsonl_writer.h"
-#include "common/log.h"
-#include "common/minhash.h"
-#include "common/pipeline.h"
-#include "common/progress.h"
-#include "formats/signature_file.h"
+#include "common/core/output_file.h"
+#include "common/core/bad_records.h"
+#include "common/core/error.h"
+#include "common/io/input_files.h"
+#include "common/core/json_writer.h"
+#include "common/io/jsonl.h"
+#include "common/core/jsonl_writer.h"
+#include "common/core/log.h"
+#include "tools/find_duplicates/minhash.h"
+#include "common/io/pipeline.h"
+#include "common/core/progress.h"
+#include "tools/find_duplicates/signature_file.h"
 
 namespace zlm::find_duplicates {
 

@@ -2,9 +2,9 @@
 // Jaccard, with the flags of Megatron's tools/openwebtext/find_duplicates.py.
 #include <thread>
 
-#include "common/cli.h"
-#include "common/error.h"
-#include "common/log.h"
+#include "common/io/cli.h"
+#include "common/core/error.h"
+#include "common/core/log.h"
 #include "tools/find_duplicates/find_duplicates.h"
 
 int main(int argc, char** argv) {

@@ -5,14 +5,14 @@
 #include <unordered_map>
 #include <vector>
 
-#include "common/output_file.h"
-#include "common/bad_records.h"
-#include "common/error.h"
-#include "common/jsonl_writer.h"
-#include "common/json_escape.h"
-#include "common/line_reader.h"
-#include "common/log.h"
-#include "common/union_find.h"
+#include "common/core/output_file.h"
+#include "common/core/bad_records.h"
+#include "common/core/error.h"
+#include "common/core/jsonl_writer.h"
+#include "common/core/json_writer.h"
+#include "common/io/line_reader.h"
+#include "common/core/log.h"
+#include "tools/group_dups/union_find.h"
 
 namespace zlm::group_dups {
 

@@ -1,6 +1,6 @@
 // group_dups <find_duplicates output> <output> [threshold]
 // Groups similar documents (Megatron's group_duplicate_url.py).
-#include "common/cli.h"
+#include "common/io/cli.h"
 #include "tools/group_dups/group_dups.h"
 
 int main(int argc, char** argv) {

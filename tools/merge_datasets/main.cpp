@@ -1,9 +1,9 @@
 // merge_datasets --input DIR --output-prefix PREFIX
 // Merges every Megatron .bin/.idx pair of DIR into one dataset, as Megatron's
 // tools/merge_datasets.py does (same output bytes).
-#include "common/cli.h"
-#include "common/output_file.h"
-#include "common/log.h"
+#include "common/io/cli.h"
+#include "common/core/output_file.h"
+#include "common/core/log.h"
 #include "tools/merge_datasets/merge_datasets.h"
 
 int main(int argc, char** argv) {

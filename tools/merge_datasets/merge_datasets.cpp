@@ -5,8 +5,8 @@
 #include <memory>
 #include <set>
 
-#include "common/error.h"
-#include "common/log.h"
+#include "common/core/error.h"
+#include "common/core/log.h"
 #include "formats/megatron_mmap.h"
 
 namespace zlm::merge_datasets {

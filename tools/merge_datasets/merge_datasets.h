@@ -10,7 +10,7 @@
 
 #include <string>
 
-#include "common/stats.h"
+#include "common/core/stats.h"
 
 namespace zlm::merge_datasets {
 

@@ -1,7 +1,7 @@
 // preprocess_data: tokenize JSONL into Megatron's .bin/.idx, with the flags of
 // Megatron-LM's tools/preprocess_data.py.
-#include "common/cli.h"
-#include "common/log.h"
+#include "common/io/cli.h"
+#include "common/core/log.h"
 #include "tools/preprocess_data/preprocess_data.h"
 
 int main(int argc, char** argv) {

@@ -9,18 +9,18 @@
 #include <memory>
 #include <span>
 
-#include "common/output_file.h"
-#include "common/bad_records.h"
-#include "common/error.h"
-#include "common/input_files.h"
-#include "common/jsonl.h"
-#include "common/jsonl_writer.h"
-#include "common/line_reader.h"
-#include "common/log.h"
-#include "common/pipeline.h"
-#include "common/progress.h"
-#include "common/sentence_splitter.h"
-#include "common/tokenizer.h"
+#include "common/core/output_file.h"
+#include "common/core/bad_records.h"
+#include "common/core/error.h"
+#include "common/io/input_files.h"
+#include "common/io/jsonl.h"
+#include "common/core/jsonl_writer.h"
+#include "common/io/line_reader.h"
+#include "common/core/log.h"
+#include "common/io/pipeline.h"
+#include "common/core/progress.h"
+#include "common/text/sentence_splitter.h"
+#include "common/tokenizer/tokenizer.h"
 #include "formats/megatron_mmap.h"
 
 namespace zlm::preprocess {

@@ -26,8 +26,8 @@
 #include <string>
 #include <vector>
 
-#include "common/cli.h"
-#include "common/stats.h"
+#include "common/io/cli.h"
+#include "common/core/stats.h"
 
 namespace zlm::preprocess {
 

@@ -1,6 +1,6 @@
 // shuffle --seed N in.jsonl out.jsonl
 // Reproducible shuffle of line files larger than memory (replaces `shuf`).
-#include "common/cli.h"
+#include "common/io/cli.h"
 #include "tools/shuffle/shuffle.h"
 
 int main(int argc, char** argv) {

@@ -7,11 +7,11 @@
 #include <memory>
 #include <vector>
 
-#include "common/error.h"
-#include "common/line_reader.h"
-#include "common/log.h"
-#include "common/output_file.h"
-#include "common/progress.h"
+#include "common/core/error.h"
+#include "common/io/line_reader.h"
+#include "common/core/log.h"
+#include "common/core/output_file.h"
+#include "common/core/progress.h"
 
 namespace zlm::shuffle {
 

@@ -14,8 +14,8 @@
 #include <cstdint>
 #include <string>
 
-#include "common/cli.h"
-#include "common/stats.h"
+#include "common/io/cli.h"
+#include "common/core/stats.h"
 
 namespace zlm::shuffle {
 

@@ -1,0 +1,437 @@
+#include "common/tokenizer/gpt2_bpe.h"
+
+#include <simdjson.h>
+#define XXH_INLINE_ALL  // header-only xxHash: XXH3 inlined into the hot loop
+#include <xxhash.h>
+
+#include <algorithm>
+#include <climits>
+#include <queue>
+#include <unordered_map>
+
+#include "common/core/error.h"
+#include "common/tokenizer/gpt2_pretokenizer.h"
+#include "common/core/output_file.h"
+#include "common/core/utf8.h"
+
+namespace zlm {
+
+// ---- byte <-> code point table (§3.2) ------------------------------------------
+
+namespace {
+struct ByteTable {
+  uint32_t to_cp[256];
+  int from_cp[512];
+  ByteTable() {
+    std::fill(std::begin(from_cp), std::end(from_cp), -1);
+    int extra = 0;
+    for (int b = 0; b < 256; ++b) {
+      bool printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255);
+      to_cp[b] = printable ? static_cast<uint32_t>(b) : static_cast<uint32_t>(256 + extra++);
+      from_cp[to_cp[b]] = b;
+    }
+  }
+};
+const ByteTable& byte_table() {
+  static const ByteTable table;
+  return table;
+}
+}  // namespace
+
+uint32_t gpt2_byte_to_codepoint(uint8_t b) { return byte_table().to_cp[b]; }
+int gpt2_codepoint_to_byte(uint32_t cp) { return cp < 512 ? byte_table().from_cp[cp] : -1; }
+
+// ---- cache ---------------------------------------------------------------------
+
+namespace {
+uint64_t piece_hash(std::string_view s) {
+  uint64_t h = XXH3_64bits(s.data(), s.size());
+  return h ? h : 1;  // 0 marks an empty slot
+}
+}  // namespace
+
+BpeCache::BpeCache(size_t max_entries) : max_entries_(max_entries), slots_(4096, Slot{}) {}
+
+void BpeCache::clear() {
+  std::fill(slots_.begin(), slots_.end(), Slot{});
+  keys_.clear();
+  ids_.clear();
+  size_ = 0;
+}
+
+bool BpeCache::find(std::string_view piece, std::vector<int32_t>& out) const {
+  const uint64_t h = piece_hash(piece);
+  const size_t mask = slots_.size() - 1;
+  for (size_t i = h & mask;; i = (i + 1) & mask) {
+    const Slot& s = slots_[i];
+    if (s.hash == 0) return false;
+    if (s.hash == h && s.key_len == piece.size() && std::memcmp(keys_.data() + s.key_offset, piece.data(), piece.size()) == 0) {
+      out.insert(out.end(), ids_.data() + s.ids_offset, ids_.data() + s.ids_offset + s.ids_len);
+      return true;
+    }
+  }
+}
+
+void BpeCache::grow() {
+  std::vector<Slot> old;
+  old.swap(slots_);
+  slots_.assign(old.size() * 2, Slot{});
+  const size_t mask = slots_.size() - 1;
+  for (const Slot& s : old) {
+    if (s.hash == 0) continue;
+    size_t i = s.hash & mask;
+    while (slots_[i].hash != 0) i = (i + 1) & mask;
+    slots_[i] = s;
+  }
+}
+
+void BpeCache::insert(std::string_view piece, const int32_t* ids, size_t n) {
+  if (piece.size() > UINT16_MAX || n > UINT16_MAX) return;
+  if (size_ >= max_entries_ || keys_.size() + piece.size() > UINT32_MAX || ids_.size() + n > UINT32_MAX) clear();
+  if ((size_ + 1) * 2 > slots_.size()) grow();
+  const uint64_t h = piece_hash(piece);
+  const size_t mask = slots_.size() - 1;
+  size_t i = h & mask;
+  while (slots_[i].hash != 0) i = (i + 1) & mask;
+  slots_[i] = Slot{h, static_cast<uint32_t>(keys_.size()), static_cast<uint16_t>(piece.size()), static_cast<uint16_t>(n),
+                   static_cast<uint32_t>(ids_.size()), 0};
+  keys_.insert(keys_.end(), piece.begin(), piece.end());
+  ids_.insert(ids_.end(), ids, ids + n);
+  ++size_;
+}
+
+// ---- model ---------------------------------------------------------------------
+
+namespace {
+constexpr size_t kShortPiece = 64;  // pieces up to this many bytes: plain loop + cache
+
+struct PairEntry {
+  uint64_t key = ~0ULL;
+  int32_t rank = 0;
+  int32_t result = 0;
+};
+
+uint64_t pair_key(int32_t a, int32_t b) { return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b); }
+uint64_t mix(uint64_t x) {
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdULL;
+  x ^= x >> 33;
+  return x;
+}
+}  // namespace
+
+struct Gpt2Bpe::Impl {
+  std::vector<std::string> symbols;           // symbol id -> bytes
+  std::unordered_map<std::string, int32_t> symbol_ids;
+  int32_t vocab_limit = 0;                    // symbol ids >= this are not in the vocab
+  size_t vocab_entries = 0;
+  int32_t byte_symbol[256];
+  std::vector<PairEntry> pairs;               // open addressing, power-of-two size
+  uint64_t pair_mask = 0;
+  size_t merges = 0;
+  int32_t eod = -1;
+  bool well_formed = true;
+
+  int32_t intern(const std::string& bytes) {
+    auto it = symbol_ids.find(bytes);
+    if (it != symbol_ids.end()) return it->second;
+    auto id = static_cast<int32_t>(symbols.size());
+    symbols.push_back(bytes);
+    symbol_ids.emplace(bytes, id);
+    return id;
+  }
+  const PairEntry* find_pair(int32_t a, int32_t b) const {
+    uint64_t key = pair_key(a, b);
+    for (uint64_t i = mix(key) & pair_mask;; i = (i + 1) & pair_mask) {
+      const PairEntry& e = pairs[i];
+      if (e.key == key) return &e;
+      if (e.key == ~0ULL) return nullptr;
+    }
+  }
+  void put_pair(int32_t a, int32_t b, int32_t rank, int32_t result) {
+    uint64_t key = pair_key(a, b);
+    for (uint64_t i = mix(key) & pair_mask;; i = (i + 1) & pair_mask) {
+      PairEntry& e = pairs[i];
+      if (e.key == key || e.key == ~0ULL) {
+        e = {key, rank, result};  // a repeated pair keeps its last rank (Python dict semantics)
+        return;
+      }
+    }
+  }
+  int32_t out_id(int32_t symbol) const { return symbol < vocab_limit ? symbol : 0; }
+
+  void bpe_short(const int32_t* init, size_t n, std::vector<int32_t>& out) const;
+  void bpe_heap(const int32_t* init, size_t n, std::vector<int32_t>& out) const;
+};
+
+static std::string vocab_key_to_bytes(std::string_view key) {
+  std::string out;
+  size_t i = 0;
+  while (i < key.size()) {
+    uint32_t cp = 0;
+    size_t len = utf8_decode(key.substr(i), &cp);
+    if (len == 0) len = 1, cp = 0xFFFFFFFF;
+    int b = cp == 0xFFFFFFFF ? -1 : gpt2_codepoint_to_byte(cp);
+    if (b >= 0) out.push_back(static_cast<char>(b));
+    else out.append(key.substr(i, len));  // not a byte-level character: keep as is
+    i += len;
+  }
+  return out;
+}
+
+Gpt2Bpe::Gpt2Bpe() : impl_(std::make_unique<Impl>()) {}
+Gpt2Bpe::Gpt2Bpe(Gpt2Bpe&&) noexcept = default;
+Gpt2Bpe& Gpt2Bpe::operator=(Gpt2Bpe&&) noexcept = default;
+Gpt2Bpe::~Gpt2Bpe() = default;
+
+Gpt2Bpe Gpt2Bpe::load(const std::string& vocab_path, const std::string& merges_path) {
+  Gpt2Bpe bpe;
+  Impl& m = *bpe.impl_;
+  // vocab.json: {"token": id, ...}
+  simdjson::dom::parser parser;
+  simdjson::padded_string json;
+  if (simdjson::padded_string::load(vocab_path).get(json)) {
+    (void)read_file(vocab_path);  // throws the Io error with the reason
+    throw Error(ErrorKind::Io, "cannot read vocab file '%s'", vocab_path.c_str());
+  }
+  simdjson::dom::object obj;
+  if (auto err = parser.parse(json).get_object().get(obj))
+    throw Error(ErrorKind::Format, "%s: not a JSON object of token -> id: %s", vocab_path.c_str(), simdjson::error_message(err));
+  int64_t max_id = -1;
+  std::vector<std::pair<std::string, int64_t>> entries;
+  for (auto field : obj) {
+    int64_t id;
+    if (field.value.get_int64().get(id) || id < 0 || id > INT32_MAX / 2)
+      throw Error(ErrorKind::Format, "%s: token '%.*s' has no valid integer id", vocab_path.c_str(),
+                  static_cast<int>(field.key.size()), field.key.data());
+    entries.emplace_back(vocab_key_to_bytes(field.key), id);
+    max_id = std::max(max_id, id);
+    if (field.key == "<|endoftext|>") m.eod = static_cast<int32_t>(id);
+  }
+  if (entries.empty()) throw Error(ErrorKind::Format, "%s: the vocabulary is empty", vocab_path.c_str());
+  m.vocab_entries = entries.size();
+  m.vocab_limit = static_cast<int32_t>(max_id + 1);
+  m.symbols.assign(static_cast<size_t>(max_id + 1), std::string());
+  for (auto& [bytes, id] : entries) {
+    m.symbols[static_cast<size_t>(id)] = bytes;
+    m.symbol_ids.emplace(bytes, static_cast<int32_t>(id));  // first id wins for duplicate strings
+  }
+  for (int b = 0; b < 256; ++b) m.byte_symbol[b] = m.intern(std::string(1, static_cast<char>(b)));
+
+  // merges.txt: split on '\n', drop the first and the last element (Megatron).
+  std::string text = read_file(merges_path);
+  std::vector<std::string_view> lines;
+  size_t start = 0;
+  for (;;) {
+    size_t nl = text.find('\n', start);
+    if (nl == std::string::npos) {
+      lines.emplace_back(text.data() + start, text.size() - start);
+      break;
+    }
+    lines.emplace_back(text.data() + start, nl - start);
+    start = nl + 1;
+  }
+  struct Merge { int32_t a, b, result; };
+  std::vector<Merge> merges;
+  for (size_t k = 1; k + 1 < lines.size(); ++k) {
+    std::string_view line = lines[k];
+    std::vector<std::string_view> parts;
+    size_t i = 0;
+    auto ws = [](char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\v' || c == '\f'; };
+    while (i < line.size()) {
+      while (i < line.size() && ws(line[i])) ++i;
+      size_t j = i;
+      while (j < line.size() && !ws(line[j])) ++j;
+      if (j > i) parts.push_back(line.substr(i, j - i));
+      i = j;
+    }
+    if (parts.size() != 2) {
+      merges.push_back({-1, -1, -1});  // keeps later ranks aligned; never matches
+      continue;
+    }
+    std::string a = vocab_key_to_bytes(parts[0]), b = vocab_key_to_bytes(parts[1]);
+    int32_t ia = m.intern(a), ib = m.intern(b), ir = m.intern(a + b);
+    // Every symbol a merge uses or makes must have an id (the reference
+    // tokenizer fails with a KeyError when it meets one; here it would become id 0).
+    for (auto [id, what] : {std::pair{ia, parts[0]}, std::pair{ib, parts[1]}})
+      if (id >= m.vocab_limit)
+        throw Error(ErrorKind::Format, "%s: line %zu: '%.*s' is not in %s ---> HINT: the merges file does not belong to this vocabulary",
+                    merges_path.c_str(), k + 1, static_cast<int>(what.size()), what.data(), vocab_path.c_str());
+    if (ir >= m.vocab_limit)
+      throw Error(ErrorKind::Format, "%s: line %zu: '%.*s %.*s' makes a token that is not in %s ---> HINT: the merges file does not belong to "
+                  "this vocabulary", merges_path.c_str(), k + 1, static_cast<int>(parts[0].size()), parts[0].data(),
+                  static_cast<int>(parts[1].size()), parts[1].data(), vocab_path.c_str());
+    merges.push_back({ia, ib, ir});
+  }
+  for (int b = 0; b < 256; ++b)  // any text may need any byte
+    if (m.byte_symbol[b] >= m.vocab_limit)
+      throw Error(ErrorKind::Format, "%s: the byte 0x%02x has no token (a GPT-2 vocabulary has all 256)", vocab_path.c_str(), b);
+  m.merges = merges.size();
+  size_t cap = 16;
+  while (cap < merges.size() * 2 + 16) cap <<= 1;
+  m.pairs.assign(cap, PairEntry{});
+  m.pair_mask = cap - 1;
+  for (size_t r = 0; r < merges.size(); ++r)
+    if (merges[r].a >= 0) m.put_pair(merges[r].a, merges[r].b, static_cast<int32_t>(r), merges[r].result);
+  // Well-formed: every symbol is produced only by merges ranked below every merge that uses it.
+  std::vector<int64_t> max_create(m.symbols.size(), -1), min_use(m.symbols.size(), INT64_MAX);
+  for (size_t r = 0; r < merges.size(); ++r) {
+    const Merge& mg = merges[r];
+    if (mg.a < 0) continue;
+    const PairEntry* e = m.find_pair(mg.a, mg.b);
+    if (!e || e->rank != static_cast<int32_t>(r)) continue;  // superseded duplicate
+    max_create[mg.result] = std::max<int64_t>(max_create[mg.result], static_cast<int64_t>(r));
+    min_use[mg.a] = std::min<int64_t>(min_use[mg.a], static_cast<int64_t>(r));
+    min_use[mg.b] = std::min<int64_t>(min_use[mg.b], static_cast<int64_t>(r));
+  }
+  for (size_t s = 0; s < m.symbols.size(); ++s)
+    if (max_create[s] >= 0 && min_use[s] != INT64_MAX && max_create[s] > min_use[s]) m.well_formed = false;
+  return bpe;
+}
+
+size_t Gpt2Bpe::vocab_size() const { return impl_->vocab_entries; }
+int32_t Gpt2Bpe::eod_id() const { return impl_->eod; }
+size_t Gpt2Bpe::num_merges() const { return impl_->merges; }
+bool Gpt2Bpe::merges_well_formed() const { return impl_->well_formed; }
+
+// Megatron's bpe(): merge every occurrence of the lowest-rank pair, left to right.
+void Gpt2Bpe::Impl::bpe_short(const int32_t* init, size_t n, std::vector<int32_t>& out) const {
+  int32_t buf[2][kShortPiece * 4 + 8];
+  std::vector<int32_t> heap_buf[2];
+  int32_t* cur = buf[0];
+  int32_t* nxt = buf[1];
+  if (n > kShortPiece * 4 + 8) {
+    heap_buf[0].resize(n);
+    heap_buf[1].resize(n);
+    cur = heap_buf[0].data();
+    nxt = heap_buf[1].data();
+  }
+  std::copy(init, init + n, cur);
+  while (n > 1) {
+    int32_t best_rank = INT32_MAX, a = 0, b = 0, result = 0;
+    for (size_t i = 0; i + 1 < n; ++i) {
+      const PairEntry* e = find_pair(cur[i], cur[i + 1]);
+      if (e && e->rank < best_rank) {
+        best_rank = e->rank;
+        a = cur[i];
+        b = cur[i + 1];
+        result = e->result;
+      }
+    }
+    if (best_rank == INT32_MAX) break;
+    size_t k = 0;
+    for (size_t i = 0; i < n;) {
+      if (i + 1 < n && cur[i] == a && cur[i + 1] == b) {
+        nxt[k++] = result;
+        i += 2;
+      } else {
+        nxt[k++] = cur[i++];
+      }
+    }
+    std::swap(cur, nxt);
+    n = k;
+  }
+  for (size_t i = 0; i < n; ++i) out.push_back(out_id(cur[i]));
+}
+
+// Same result in O(n log n): a heap of (rank, position) over a linked list.
+void Gpt2Bpe::Impl::bpe_heap(const int32_t* init, size_t n, std::vector<int32_t>& out) const {
+  struct Node { int32_t value; int32_t prev, next; };
+  struct Cand {
+    int32_t rank, pos, left, right;
+    bool operator>(const Cand& o) const { return rank != o.rank ? rank > o.rank : pos > o.pos; }
+  };
+  std::vector<Node> nodes(n);
+  for (size_t i = 0; i < n; ++i) nodes[i] = {init[i], static_cast<int32_t>(i) - 1, i + 1 < n ? static_cast<int32_t>(i + 1) : -1};
+  std::priority_queue<Cand, std::vector<Cand>, std::greater<Cand>> heap;
+  auto push = [&](int32_t pos) {
+    int32_t nx = nodes[pos].next;
+    if (nx < 0) return;
+    if (const PairEntry* e = find_pair(nodes[pos].value, nodes[nx].value))
+      heap.push({e->rank, pos, nodes[pos].value, nodes[nx].value});
+  };
+  for (size_t i = 0; i + 1 < n; ++i) push(static_cast<int32_t>(i));
+  std::vector<bool> dead(n, false);
+  while (!heap.empty()) {
+    Cand c = heap.top();
+    heap.pop();
+    if (dead[c.pos] || nodes[c.pos].value != c.left) continue;
+    int32_t nx = nodes[c.pos].next;
+    if (nx < 0 || nodes[nx].value != c.right) continue;
+    nodes[c.pos].value = find_pair(c.left, c.right)->result;
+    dead[nx] = true;
+    nodes[c.pos].next = nodes[nx].next;
+    if (nodes[nx].next >= 0) nodes[nodes[nx].next].prev = c.pos;
+    if (nodes[c.pos].prev >= 0) push(nodes[c.pos].prev);
+    push(c.pos);
+  }
+  for (int32_t i = 0; i >= 0; i = nodes[i].next) out.push_back(out_id(nodes[i].value));
+}
+
+void Gpt2Bpe::encode_piece(std::string_view piece, std::vector<int32_t>& out, BpeCache* cache) const {
+  const Impl& m = *impl_;
+  if (piece.empty()) return;
+  if (piece.size() == 1) {
+    out.push_back(m.out_id(m.byte_symbol[static_cast<uint8_t>(piece[0])]));
+    return;
+  }
+  bool cacheable = cache && piece.size() <= kShortPiece;
+  if (cacheable) {
+    if (cache->find(piece, out)) return;
+  }
+  // Whole piece already a vocab symbol reachable by merges? Still run BPE: the
+  // merges decide, not the vocab.
+  int32_t init_buf[kShortPiece];
+  std::vector<int32_t> init_vec;
+  const int32_t* init = init_buf;
+  if (piece.size() <= kShortPiece) {
+    for (size_t i = 0; i < piece.size(); ++i) init_buf[i] = m.byte_symbol[static_cast<uint8_t>(piece[i])];
+  } else {
+    init_vec.resize(piece.size());
+    for (size_t i = 0; i < piece.size(); ++i) init_vec[i] = m.byte_symbol[static_cast<uint8_t>(piece[i])];
+    init = init_vec.data();
+  }
+  size_t before = out.size();
+  if (piece.size() <= kShortPiece || !m.well_formed) m.bpe_short(init, piece.size(), out);
+  else m.bpe_heap(init, piece.size(), out);
+  if (cacheable) cache->insert(piece, out.data() + before, out.size() - before);
+}
+
+std::vector<int32_t> Gpt2Bpe::encode_piece_reference(std::string_view piece) const {
+  std::vector<int32_t> init, out;
+  for (char c : piece) init.push_back(impl_->byte_symbol[static_cast<uint8_t>(c)]);
+  if (!init.empty()) impl_->bpe_short(init.data(), init.size(), out);
+  return out;
+}
+
+void Gpt2Bpe::encode(std::string_view text, std::vector<int32_t>& out, BpeCache* cache) const {
+  gpt2_pretokenize(text, [&](std::string_view piece) { encode_piece(piece, out, cache); });
+}
+
+std::string Gpt2Bpe::decode_bytes(const std::vector<int32_t>& ids) const {
+  std::string out;
+  for (int32_t id : ids) {
+    if (id < 0 || id >= impl_->vocab_limit) throw Error(ErrorKind::Usage, "token id %d is outside the vocabulary", id);
+    out += impl_->symbols[static_cast<size_t>(id)];
+  }
+  return out;
+}
+
+std::string Gpt2Bpe::decode(const std::vector<int32_t>& ids) const {
+  std::string bytes = decode_bytes(ids);
+  std::string out;
+  out.reserve(bytes.size());
+  const char* p = bytes.data();
+  const char* const end = p + bytes.size();
+  while (p < end) {
+    // A well-formed sequence is copied; the maximal subpart of an ill-formed one
+    // becomes one U+FFFD (Python's errors="replace").
+    const Utf8Step st = utf8_step(p, end);
+    if (st.ok) out.append(p, st.len);
+    else out += "\xEF\xBF\xBD";
+    p += st.len;
+  }
+  return out;
+}
+
+}  // namespace zlm

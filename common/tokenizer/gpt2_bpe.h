@@ -1,0 +1,105 @@
+// GPT-2 byte-level BPE: vocab.json + merges.txt, encode and decode
+// (docs/compatibility.md, "Tokenizer"; the legacy Megatron GPT2BPETokenizer).
+//
+//   auto bpe = zlm::Gpt2Bpe::load("gpt2-vocab.json", "gpt2-merges.txt");
+//   zlm::BpeCache cache;                       // one per thread
+//   std::vector<int32_t> ids;
+//   bpe.encode("Hello world", ids, &cache);    // appends 15496, 995
+//   std::string text = bpe.decode(ids);
+//
+// Loading follows Megatron exactly: merges.txt is split on '\n' and its first
+// and last elements are dropped (the "#version" header and the empty string
+// after the final newline; a file without a trailing newline loses its last
+// merge, as in Megatron); each remaining line is split on ASCII whitespace into
+// a pair whose rank is its position. Symbols are byte strings (the
+// byte-to-unicode table is applied only to read and write the files). A merge
+// whose parts or result are missing from the vocab still takes part in BPE; a
+// final symbol missing from the vocab maps to id 0, as Megatron's table does.
+//
+// encode(): pre-tokenizes (common/tokenizer/gpt2_pretokenizer.h), then for each piece
+// repeatedly merges every occurrence of the lowest-rank adjacent pair, left to
+// right (Megatron's bpe()). Short pieces use that loop directly; long pieces
+// (> 64 bytes) use a heap over a linked list, O(n log n), which gives the same
+// result because a merge's result never takes part in a lower-ranked merge in a
+// well-formed merges file (checked at load; otherwise the plain loop is used
+// for every piece). Results for pieces up to 64 bytes are memoised in the
+// caller's BpeCache (bounded; cleared when full). The literal text
+// "<|endoftext|>" is ordinary text here; only append the EOD id yourself.
+// A loaded Gpt2Bpe is immutable and thread-safe; BpeCache is per thread.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace zlm {
+
+// Per-thread memo of piece -> ids: an open-addressing table (XXH3 hashes,
+// linear probing) whose keys and ids live in two arenas, so a hit costs one
+// hash, one probe or two and a memcmp. Memory is bounded: when it holds
+// max_entries pieces it is cleared and refilled. Not thread-safe.
+class BpeCache {
+ public:
+  explicit BpeCache(size_t max_entries = 1 << 18);
+  // On a hit, appends the ids to `out` and returns true.
+  bool find(std::string_view piece, std::vector<int32_t>& out) const;
+  void insert(std::string_view piece, const int32_t* ids, size_t n);
+  size_t size() const { return size_; }
+
+ private:
+  struct Slot {
+    uint64_t hash;       // 0 = empty
+    uint32_t key_offset;
+    uint16_t key_len;
+    uint16_t ids_len;
+    uint32_t ids_offset;
+    uint32_t unused;
+  };
+  void grow();
+  void clear();
+  size_t max_entries_, size_ = 0;
+  std::vector<Slot> slots_;
+  std::vector<char> keys_;
+  std::vector<int32_t> ids_;
+};
+
+class Gpt2Bpe {
+ public:
+  // Throws zlm::Error(Io/Format) naming the file and line for unreadable or malformed files.
+  static Gpt2Bpe load(const std::string& vocab_path, const std::string& merges_path);
+  Gpt2Bpe(Gpt2Bpe&&) noexcept;
+  Gpt2Bpe& operator=(Gpt2Bpe&&) noexcept;
+  ~Gpt2Bpe();
+
+  // Appends the ids of `text` to `out`. O(n log n) worst case, O(n) typical.
+  void encode(std::string_view text, std::vector<int32_t>& out, BpeCache* cache = nullptr) const;
+  // Encodes one pre-tokenized piece (appends to out).
+  void encode_piece(std::string_view piece, std::vector<int32_t>& out, BpeCache* cache = nullptr) const;
+  // Megatron's algorithm verbatim on one piece (slow; the tests' reference).
+  std::vector<int32_t> encode_piece_reference(std::string_view piece) const;
+  // Bytes of the ids, concatenated. Unknown ids throw zlm::Error(Usage).
+  std::string decode_bytes(const std::vector<int32_t>& ids) const;
+  // decode_bytes() as UTF-8 with invalid sequences replaced by U+FFFD (Python's errors="replace").
+  std::string decode(const std::vector<int32_t>& ids) const;
+
+  // Number of vocab entries (Megatron's vocab_size, unpadded).
+  size_t vocab_size() const;
+  // Id of "<|endoftext|>", or -1 when the vocab lacks it.
+  int32_t eod_id() const;
+  size_t num_merges() const;
+  bool merges_well_formed() const;
+
+ private:
+  Gpt2Bpe();
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// GPT-2's reversible byte <-> printable code point table (§3.2).
+uint32_t gpt2_byte_to_codepoint(uint8_t b);
+// Inverse; -1 for code points outside the table.
+int gpt2_codepoint_to_byte(uint32_t cp);
+
+}  // namespace zlm
