@@ -8,7 +8,6 @@
 //   zlm_bench_optimizer --layers 12 --hidden 1024 --iters 5 [--offload] [--device cuda]
 #include <torch/torch.h>
 
-#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -20,6 +19,7 @@
 #include "trainer/device_memory.h"
 #include "trainer/dist_env.h"
 #include "trainer/gpt2_model.h"
+#include "trainer/megatron_args.h"
 #include "trainer/zero.h"
 
 namespace {
@@ -35,13 +35,10 @@ int run(int argc, char** argv) {
       if (i + 1 >= argc) throw zlm::Error(zlm::ErrorKind::Usage, "%s needs a value", a.c_str());
       return argv[++i];
     };
-    // A whole number in [1, 2^40], all of the value (std::stoll would take "12x" as 12).
+    // A whole number in [1, 2^40].
     auto count = [&]() -> int64_t {
-      const std::string v = next();
-      int64_t x = 0;
-      const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
-      if (ec != std::errc() || end != v.data() + v.size() || x < 1 || x > (int64_t{1} << 40))
-        throw zlm::Error(zlm::ErrorKind::Usage, "%s: '%s' is not a whole number from 1 to 2^40", a.c_str(), v.c_str());
+      const int64_t x = parse_int_flag(a, next());
+      if (x < 1 || x > (int64_t{1} << 40)) throw zlm::Error(zlm::ErrorKind::Usage, "%s: %ld is outside [1, 2^40]", a.c_str(), (long)x);
       return x;
     };
     if (a == "--layers") layers = count();

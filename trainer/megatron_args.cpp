@@ -14,13 +14,6 @@ namespace zlm::trainer {
 
 namespace {
 
-int64_t to_int(const std::string& flag, const std::string& v) {
-  int64_t out = 0;
-  auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), out);
-  if (v.empty() || ec != std::errc() || p != v.data() + v.size())
-    throw Error(ErrorKind::Usage, "%s: '%s' is not an integer", flag.c_str(), v.c_str());
-  return out;
-}
 
 double to_double(const std::string& flag, const std::string& v) {
   char* end = nullptr;
@@ -39,7 +32,7 @@ struct Spec {
 std::map<std::string, Spec> specs() {
   std::map<std::string, Spec> m;
   auto i64 = [&](const char* name, int64_t TrainArgs::*field, const char* help) {
-    m[name] = {Spec::Int, [=](TrainArgs& a, const std::vector<std::string>& v) { a.*field = to_int(name, v[0]); }, help};
+    m[name] = {Spec::Int, [=](TrainArgs& a, const std::vector<std::string>& v) { a.*field = parse_int_flag(name, v[0]); }, help};
   };
   auto dbl = [&](const char* name, double TrainArgs::*field, const char* help) {
     m[name] = {Spec::Double, [=](TrainArgs& a, const std::vector<std::string>& v) { a.*field = to_double(name, v[0]); }, help};
@@ -150,7 +143,7 @@ std::map<std::string, Spec> specs() {
   note("--checkpoint-in-cpu", "checkpointed layer inputs stay on the training device");
   note("--synchronize-each-layer", "no extra synchronisation between layers");
   m["--seed"] = {Spec::Int, [](TrainArgs& a, const std::vector<std::string>& v) {
-                   int64_t s = to_int("--seed", v[0]);
+                   int64_t s = parse_int_flag("--seed", v[0]);
                    if (s < 0 || s > UINT32_MAX) throw Error(ErrorKind::Usage, "--seed must be in [0, 2^32)");
                    a.seed = static_cast<uint32_t>(s);
                  }, "random seed"};
@@ -181,6 +174,14 @@ const std::set<std::string>& unsupported() {
 }
 
 }  // namespace
+
+int64_t parse_int_flag(const std::string& flag, const std::string& v) {
+  int64_t out = 0;
+  auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), out);
+  if (v.empty() || ec != std::errc() || p != v.data() + v.size())
+    throw Error(ErrorKind::Usage, "%s: '%s' is not an integer", flag.c_str(), v.c_str());
+  return out;
+}
 
 TrainArgs parse_megatron_args(int argc, const char* const* argv, std::string* help) {
   auto table = specs();

@@ -87,6 +87,9 @@ struct TrainArgs {
 
 // argv[1..] -> TrainArgs. Throws zlm::Error(Usage) with the flag's name; "--help"
 // throws nothing and sets *help (when given) to the usage text.
+// A flag's integer value, all of it ("12x" is refused): zlm::Error(Usage) naming the flag otherwise.
+int64_t parse_int_flag(const std::string& flag, const std::string& value);
+
 TrainArgs parse_megatron_args(int argc, const char* const* argv, std::string* help = nullptr);
 
 // The tensor x pipeline x data-parallel layout on `world` ranks: a clear error

@@ -47,7 +47,6 @@ class JsonObject {
 
   JsonObject& add(std::string_view key, std::string_view value);
   JsonObject& add(std::string_view key, const char* value) { return add(key, std::string_view(value)); }
-  JsonObject& add(std::string_view key, const std::string& value) { return add(key, std::string_view(value)); }
   JsonObject& add(std::string_view key, double value);
   JsonObject& add(std::string_view key, bool value);
   template <class T>
@@ -61,7 +60,6 @@ class JsonObject {
   // A value that is already JSON text (a nested object's str(), an array).
   JsonObject& add_raw(std::string_view key, std::string_view json);
 
-  bool empty() const { return buf_.size() == 1; }
   // The object's text, "{...}" on one line.
   std::string str() const { return buf_ + "}"; }
 

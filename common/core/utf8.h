@@ -21,6 +21,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <string_view>
 
 namespace zlm {
@@ -59,6 +60,21 @@ inline Utf8Step utf8_step(const char* p, const char* end) {
   }
   if (k < need) return {0, static_cast<uint8_t>(k), false};
   return {cp, static_cast<uint8_t>(need), true};
+}
+
+// Appends the UTF-8 bytes of code point cp (< 0x110000; surrogates are encoded
+// as 3 bytes like any other value, as ftfy's and ICU's UTF-32 strings may hold them).
+inline void append_utf8(std::string& out, uint32_t cp) {
+  if (cp < 0x80) {
+    out += static_cast<char>(cp);
+  } else if (cp < 0x800) {
+    out += {static_cast<char>(0xC0 | (cp >> 6)), static_cast<char>(0x80 | (cp & 0x3F))};
+  } else if (cp < 0x10000) {
+    out += {static_cast<char>(0xE0 | (cp >> 12)), static_cast<char>(0x80 | ((cp >> 6) & 0x3F)), static_cast<char>(0x80 | (cp & 0x3F))};
+  } else {
+    out += {static_cast<char>(0xF0 | (cp >> 18)), static_cast<char>(0x80 | ((cp >> 12) & 0x3F)), static_cast<char>(0x80 | ((cp >> 6) & 0x3F)),
+            static_cast<char>(0x80 | (cp & 0x3F))};
+  }
 }
 
 // The reference definition of utf8_step (slow; for tests).

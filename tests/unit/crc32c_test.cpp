@@ -34,7 +34,9 @@ TEST(Crc32c, PathsAgreeWithBitwiseReference) {
       const unsigned char* p = buf.data() + offset;
       const uint32_t want = crc32c_bitwise(p, n);
       EXPECT_EQ(crc32c_table(p, n), want) << "n=" << n << " offset=" << offset;
-      if (crc32c_have_sse42()) EXPECT_EQ(crc32c_sse42(p, n), want) << "n=" << n << " offset=" << offset;
+      if (crc32c_have_sse42()) {
+        EXPECT_EQ(crc32c_sse42(p, n), want) << "n=" << n << " offset=" << offset;
+      }
       EXPECT_EQ(crc32c(p, n), want);
       const size_t half = n / 3;
       EXPECT_EQ(crc32c(p + half, n - half, crc32c(p, half)), want);

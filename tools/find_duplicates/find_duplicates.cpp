@@ -353,7 +353,7 @@ void run(const FindDuplicatesOptions& opt, const CommonFlags& common, Stats& sta
           std::string list = "[";
           for (size_t k = 0; k < v.similar.size(); ++k) {
             if (k) list += ", ";
-            list += "{" + json_string(corpus.ids[v.similar[k].first]) + ": " + json_number(v.similar[k].second) + "}";
+            list += JsonObject().add(corpus.ids[v.similar[k].first], v.similar[k].second).str();
           }
           list += "]";
           out.begin_object();
