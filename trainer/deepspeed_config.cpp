@@ -78,11 +78,11 @@ DeepSpeedSettings apply_deepspeed_config(TrainArgs& a, const std::string& path, 
   }
   try {
     r.keys(cfg, "", {"train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "gradient_clipping",
-                     "zero_optimization", "fp16", "bf16", "optimizer"},
+                     "zero_optimization", "fp16", "bf16", "optimizer", "communication_data_type"},
            {"steps_per_print", "wall_clock_breakdown", "zero_allow_untested_optimizer", "prescale_gradients",
-            "gradient_predivide_factor", "communication_data_type", "tensorboard", "flops_profiler", "activation_checkpointing",
+            "gradient_predivide_factor", "tensorboard", "flops_profiler", "activation_checkpointing",
             "memory_breakdown", "dump_state"},
-           "DeepSpeed logging/profiling or communication tuning; zerolm logs in Megatron's format, reduces in fp32 and "
+           "DeepSpeed logging/profiling or communication tuning; zerolm logs in Megatron's format and "
            "takes activation checkpointing from --checkpoint-activations");
     // Batch sizes: DeepSpeed requires train_batch_size = micro * accumulation * data-parallel size
     // (its engine divides the tensor and pipeline ranks out of the world).
@@ -143,7 +143,7 @@ DeepSpeedSettings apply_deepspeed_config(TrainArgs& a, const std::string& path, 
       const json& f = cfg.at("fp16");
       r.keys(f, "fp16", {"enabled", "loss_scale", "initial_scale_power", "loss_scale_window", "hysteresis", "min_loss_scale"},
              {"auto_cast", "consecutive_hysteresis", "fp16_master_weights_and_grads"},
-             "zerolm's fp16 is autocast with fp32 master weights and Megatron's scaler");
+             "zerolm's fp16 is fp16 parameters with fp32 master weights and Megatron's scaler");
       if (f.contains("enabled") && r.boolean(f, "fp16", "enabled")) a.fp16 = true;
       if (f.contains("loss_scale")) a.loss_scale = r.number(f, "fp16", "loss_scale");
       if (f.contains("initial_scale_power")) a.initial_loss_scale = std::ldexp(1.0, static_cast<int>(r.integer(f, "fp16", "initial_scale_power")));
@@ -157,6 +157,15 @@ DeepSpeedSettings apply_deepspeed_config(TrainArgs& a, const std::string& path, 
       if (b.contains("enabled") && r.boolean(b, "bf16", "enabled")) a.bf16 = true;
     }
     if (a.fp16 && a.bf16) r.fail("fp16", "fp16 and bf16 are both enabled");
+    // The dtype gradients are reduced (and, in zerolm, accumulated) in; DeepSpeed's default is the parameters'.
+    if (cfg.contains("communication_data_type")) {
+      const json& c = cfg.at("communication_data_type");
+      const std::string t = c.is_string() ? c.get<std::string>() : "";
+      if (t == "fp32" || t == "float32") a.grad_reduce_dtype = "fp32";
+      else if (t == "fp16" || t == "float16") a.grad_reduce_dtype = "fp16";
+      else if (t == "bf16" || t == "bfloat16") a.grad_reduce_dtype = "bf16";
+      else r.fail("communication_data_type", "must be \"fp32\", \"fp16\" or \"bf16\"");
+    }
     if (cfg.contains("optimizer")) {
       const json& o = cfg.at("optimizer");
       r.keys(o, "optimizer", {"type", "params"}, {}, "");

@@ -1,7 +1,5 @@
 #include "trainer/gpt2_model.h"
 
-#include <ATen/autocast_mode.h>
-
 #include <cmath>
 #include <cstring>
 
@@ -12,20 +10,6 @@ namespace zlm::trainer {
 namespace F = torch::nn::functional;
 
 namespace {
-
-// The autocast state of a device type, applied for a scope and restored after it.
-struct AutocastState {
-  c10::DeviceType device = c10::DeviceType::CUDA;
-  bool enabled = false;
-  at::ScalarType dtype = at::kBFloat16;
-  static AutocastState current(c10::DeviceType device) {
-    return {device, at::autocast::is_autocast_enabled(device), at::autocast::get_autocast_dtype(device)};
-  }
-  void apply() const {
-    at::autocast::set_autocast_dtype(device, dtype);
-    at::autocast::set_autocast_enabled(device, enabled);
-  }
-};
 
 torch::Tensor drop(const torch::Tensor& x, double p, bool training) {
   return F::dropout(x, F::DropoutFuncOptions().p(p).training(training));
@@ -43,9 +27,6 @@ uint64_t name_seed(uint64_t seed, const std::string& name) {
 void save_for_recompute(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, const RngTracker* rng) {
   ctx->saved_data["rng"] = swap_rng_state(x.device(), torch::Tensor());
   if (rng && rng->state().defined()) ctx->saved_data["tracker"] = rng->state();
-  AutocastState a = AutocastState::current(x.device().type());
-  ctx->saved_data["autocast"] = a.enabled;
-  ctx->saved_data["autocast_dtype"] = static_cast<int64_t>(a.dtype);
   ctx->save_for_backward({x});
 }
 
@@ -58,15 +39,11 @@ std::pair<torch::Tensor, torch::Tensor> recompute(torch::autograd::AutogradConte
     tracker_now = tracker->state();
     tracker->set_state(ctx->saved_data["tracker"].toTensor());
   }
-  const AutocastState autocast_now = AutocastState::current(x.device().type());
-  AutocastState{x.device().type(), ctx->saved_data["autocast"].toBool(), static_cast<at::ScalarType>(ctx->saved_data["autocast_dtype"].toInt())}
-      .apply();
   torch::Tensor y;
   {
     torch::AutoGradMode enable(true);
     y = block->forward(x);
   }
-  autocast_now.apply();
   if (tracker_now.defined()) tracker->set_state(tracker_now);
   swap_rng_state(x.device(), rng_now);
   return {x, y};
@@ -173,9 +150,7 @@ torch::Tensor gpt2_head(const torch::Tensor& x, const torch::Tensor& wte, const 
 }
 
 torch::Tensor gpt2_lm_loss(const torch::Tensor& logits, const torch::Tensor& labels, const TensorParallel& tp) {
-  auto flat = logits.reshape({-1, logits.size(-1)});
-  if (!tp.active()) return F::cross_entropy(flat.to(torch::kFloat), labels.reshape({-1}));
-  return vocab_parallel_cross_entropy(flat, labels.reshape({-1}), tp).mean();
+  return vocab_parallel_cross_entropy(logits.reshape({-1, logits.size(-1)}), labels.reshape({-1}), tp).mean();
 }
 
 Gpt2Impl::Gpt2Impl(const Gpt2Config& c, ModelPart part) : config_(c), part_(std::move(part)) {

@@ -10,6 +10,13 @@
 // cut, so the initial model is the same for every TP/PP layout (Megatron's
 // --use-cpu-initialization property).
 //
+// Precision: the module computes in its parameters' dtype. In mixed precision
+// the ZeRO engine makes them 16-bit (trainer/zero.h), so activations, the
+// residual stream and logits are 16-bit, as under Megatron's Float16Module;
+// LayerNorm and the attention softmax accumulate in fp32 inside their kernels,
+// and the loss is computed in fp32 over chunks of the 16-bit logits
+// (vocab_parallel_cross_entropy).
+//
 // One object is the part of the model a rank holds (ModelPart): the layers of
 // its pipeline stage (one list per virtual-pipeline chunk), the embeddings on
 // the first stage, the final LayerNorm and the loss on the last, every split
@@ -24,7 +31,7 @@
 // checkpoints use.
 //
 // Shapes (B batch, T sequence, C hidden, Vp padded vocab):
-//   forward(idx: (B, T) int64) -> logits (B, T, Vp / TP) float
+//   forward(idx: (B, T) int64) -> logits (B, T, Vp / TP) of the parameters' dtype
 #pragma once
 
 #include <torch/torch.h>
@@ -41,12 +48,12 @@ class Gpt2BlockImpl;
 
 // For autograd functions that run a block without autograd in forward and
 // recompute it in backward (activation checkpointing, ZeRO-3).
-// save_for_recompute keeps the input, the RNG states (the default generator's
-// and the model-parallel tracker's: the dropout masks must be the same) and the
-// autocast state of its device, which LibTorch keeps per thread while
-// backward runs on the autograd engine's threads. recompute reruns `block` on
-// the saved input, which now requires grad, under those states: returns
-// (input, output) with a graph between them.
+// save_for_recompute keeps the input and the RNG states (the default
+// generator's and the model-parallel tracker's: the dropout masks must be the
+// same). recompute reruns `block` on the saved input, which now requires grad,
+// under those states: returns (input, output) with a graph between them.
+// (No autocast anywhere: in mixed precision the parameters themselves are
+// 16-bit, so the recomputation needs no per-thread precision state.)
 void save_for_recompute(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, const RngTracker* rng);
 std::pair<torch::Tensor, torch::Tensor> recompute(torch::autograd::AutogradContext* ctx, Gpt2BlockImpl* block);
 

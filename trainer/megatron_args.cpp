@@ -129,6 +129,8 @@ std::map<std::string, Spec> specs() {
   i64("--local-rank", &TrainArgs::local_rank_flag, "same as --local_rank");
   flag("--fp16", &TrainArgs::fp16, "fp16 with dynamic loss scaling (CUDA)");
   flag("--bf16", &TrainArgs::bf16, "bf16 (CUDA)");
+  m["--accumulate-allreduce-grads-in-fp32"] = {Spec::Flag, [](TrainArgs& a, const std::vector<std::string>&) { a.grad_reduce_dtype = "fp32"; },
+                                                "with --fp16: accumulate and reduce gradients in fp32 (--bf16 always does, as in Megatron)"};
   flag("--checkpoint-activations", &TrainArgs::checkpoint_activations, "recompute each layer in backward");
   no_flag("--no-check-for-nan-in-loss-and-grad", &TrainArgs::check_for_nan, "train on when the loss or the gradient norm is NaN/inf (default: stop)");
   flag("--check-for-nan-in-loss-and-grad", &TrainArgs::check_for_nan, "stop when the loss or the gradient norm is NaN/inf (the default)");
@@ -168,7 +170,7 @@ const std::set<std::string>& unsupported() {
       "--ffn-hidden-size", "--kv-channels", "--group-query-attention", "--num-query-groups",
       "--eod-mask-loss", "--reset-position-ids", "--reset-attention-mask", "--finetune",
       "--no-load-optim", "--no-load-rng", "--use-checkpoint-args", "--fp32-residual-connection", "--apply-query-key-layer-scaling",
-      "--attention-softmax-in-fp32", "--accumulate-allreduce-grads-in-fp32", "--DDP-impl", "--num-workers",
+      "--attention-softmax-in-fp32", "--DDP-impl", "--num-workers",
       "--lr-warmup-samples", "--lr-decay-samples", "--train-data-path", "--valid-data-path", "--test-data-path"};
   return s;
 }
@@ -212,7 +214,7 @@ TrainArgs parse_megatron_args(int argc, const char* const* argv, std::string* he
             "\nEnvironment:\n"
             "  RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT (torchrun), SLURM_PROCID/SLURM_NTASKS/... (srun),\n"
             "  OMPI_COMM_WORLD_* (Open MPI), PMI_* (MPICH): this process is one rank of a data-parallel run\n"
-            "  ZLM_CPU_AUTOCAST=1: --bf16/--fp16 on CPU use CPU autocast instead of falling back to fp32\n"
+            "  ZLM_CPU_MIXED_PRECISION=1: --bf16/--fp16 on CPU train in 16-bit instead of falling back to fp32\n"
             "  THP_MEM_ALLOC_ENABLE (LibTorch): CPU tensors of 2 MiB and more on transparent huge pages; pretrain_gpt\n"
             "      sets it to 1 unless it is set (0 turns it off)\n";
         *help = text;

@@ -31,6 +31,11 @@ struct TrainArgs {
   std::string lr_decay_style = "linear";
   double adam_beta1 = 0.9, adam_beta2 = 0.999, adam_eps = 1e-8;
   bool fp16 = false, bf16 = false;
+  // The dtype gradients accumulate and are reduced in, with --fp16/--bf16:
+  // "fp32" (--accumulate-allreduce-grads-in-fp32, which Megatron sets for
+  // --bf16), "fp16"/"bf16" (DeepSpeed's communication_data_type), or empty:
+  // Megatron's rule for its flags, the parameters' dtype under --deepspeed.
+  std::string grad_reduce_dtype;
   bool check_for_nan = true;             // stop on a NaN/inf loss or gradient norm (not an fp16 overflow)
   double loss_scale = 0;                 // static loss scale; 0 = dynamic
   double initial_loss_scale = 4294967296.0, min_loss_scale = 1.0;

@@ -179,35 +179,47 @@ struct ReduceScatterToSp : torch::autograd::Function<ReduceScatterToSp> {
   static tensor_list backward(AutogradContext* ctx, tensor_list g) { return {all_gather_seq(g[0], comm_of(ctx)), torch::Tensor()}; }
 };
 
-// Megatron's vocab-parallel cross-entropy: three all-reduces (max, target
-// logit, sum of exp) in fp32; the gradient is softmax - one-hot on the rank's rows.
+// Megatron's vocab-parallel cross-entropy, in chunks of rows (see parallel.h).
+// Saved for backward: the logits (as they are), the targets and each row's
+// log-sum-exp in fp32.
 struct VocabParallelCE : torch::autograd::Function<VocabParallelCE> {
-  static torch::Tensor forward(AutogradContext* ctx, torch::Tensor logits, torch::Tensor target, int64_t comm, int64_t rank) {
-    Comm& c = *reinterpret_cast<Comm*>(comm);
-    const int64_t V = logits.size(-1), lo = rank * V;
-    auto shifted = logits.to(torch::kFloat, /*non_blocking=*/false, /*copy=*/true);
-    auto mx = std::get<0>(shifted.max(-1)).contiguous();
-    c.all_reduce_max(mx);
-    shifted.sub_(mx.unsqueeze(-1));
+  static torch::Tensor forward(AutogradContext* ctx, torch::Tensor logits, torch::Tensor target, int64_t comm, int64_t rank, int64_t chunk) {
+    Comm* c = reinterpret_cast<Comm*>(comm);
+    const int64_t N = logits.size(0), V = logits.size(-1), lo = rank * V;
+    auto f32 = logits.options().dtype(torch::kFloat);
     auto out_of_range = (target < lo).logical_or(target >= lo + V);
     auto local = (target - lo).masked_fill(out_of_range, 0);
-    auto pred = shifted.gather(-1, local.unsqueeze(-1)).squeeze(-1).masked_fill(out_of_range, 0).contiguous();
-    c.all_reduce_sum(pred);
-    auto e = shifted.exp_();
-    auto sum = e.sum(-1).contiguous();
-    c.all_reduce_sum(sum);
-    auto loss = sum.log() - pred;
-    e.div_(sum.unsqueeze(-1));  // softmax over the full vocabulary, this rank's columns
-    ctx->save_for_backward({e, local, out_of_range});
-    ctx->saved_data["dtype"] = static_cast<int64_t>(logits.scalar_type());
-    return loss;
+    auto mx = torch::empty({N}, f32);
+    for (int64_t a = 0; a < N; a += chunk) {
+      const int64_t n = std::min(chunk, N - a);
+      mx.narrow(0, a, n).copy_(std::get<0>(logits.narrow(0, a, n).max(-1)));
+    }
+    if (c) c->all_reduce_max(mx);
+    // [target logit - max | sum of exp(logit - max)] per row, one all-reduce.
+    auto pred_sum = torch::empty({2, N}, f32);
+    pred_sum[0].copy_((logits.gather(-1, local.unsqueeze(-1)).squeeze(-1).to(torch::kFloat) - mx).masked_fill(out_of_range, 0));
+    for (int64_t a = 0; a < N; a += chunk) {
+      const int64_t n = std::min(chunk, N - a);
+      pred_sum[1].narrow(0, a, n).copy_((logits.narrow(0, a, n).to(torch::kFloat) - mx.narrow(0, a, n).unsqueeze(-1)).exp_().sum(-1));
+    }
+    if (c) c->all_reduce_sum(pred_sum);
+    auto log_sum = pred_sum[1].log();
+    ctx->save_for_backward({logits, local, out_of_range, mx + log_sum});
+    ctx->saved_data["chunk"] = chunk;
+    return log_sum - pred_sum[0];
   }
   static tensor_list backward(AutogradContext* ctx, tensor_list g) {
     auto saved = ctx->get_saved_variables();
-    torch::Tensor grad = saved[0], local = saved[1], outside = saved[2];
-    grad.scatter_add_(-1, local.unsqueeze(-1), (outside.to(grad.dtype()) - 1).unsqueeze(-1));
-    grad.mul_(g[0].unsqueeze(-1));
-    return {grad.to(static_cast<at::ScalarType>(ctx->saved_data["dtype"].toInt())), torch::Tensor(), torch::Tensor(), torch::Tensor()};
+    const torch::Tensor &logits = saved[0], &local = saved[1], &outside = saved[2], &lse = saved[3];
+    const int64_t N = logits.size(0), chunk = ctx->saved_data["chunk"].toInt();
+    auto grad = torch::empty_like(logits);
+    for (int64_t a = 0; a < N; a += chunk) {
+      const int64_t n = std::min(chunk, N - a);
+      auto p = (logits.narrow(0, a, n).to(torch::kFloat) - lse.narrow(0, a, n).unsqueeze(-1)).exp_();  // softmax, this rank's columns
+      p.scatter_add_(-1, local.narrow(0, a, n).unsqueeze(-1), (outside.narrow(0, a, n).to(torch::kFloat) - 1).unsqueeze(-1));
+      grad.narrow(0, a, n).copy_(p.mul_(g[0].narrow(0, a, n).unsqueeze(-1)));
+    }
+    return {grad, torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
 
@@ -221,8 +233,10 @@ torch::Tensor reduce_scatter_to_sp(const torch::Tensor& x, const TensorParallel&
   return tp.sp() ? ReduceScatterToSp::apply(x, ptr(tp)) : x;
 }
 
-torch::Tensor vocab_parallel_cross_entropy(const torch::Tensor& logits, const torch::Tensor& targets, const TensorParallel& tp) {
-  return VocabParallelCE::apply(logits, targets, ptr(tp), static_cast<int64_t>(tp.rank));
+torch::Tensor vocab_parallel_cross_entropy(const torch::Tensor& logits, const torch::Tensor& targets, const TensorParallel& tp,
+                                           int64_t chunk_rows) {
+  if (chunk_rows <= 0) chunk_rows = std::max<int64_t>(1, (int64_t{8} << 20) / std::max<int64_t>(1, logits.size(-1)));
+  return VocabParallelCE::apply(logits, targets, tp.active() ? ptr(tp) : 0, tp.active() ? static_cast<int64_t>(tp.rank) : 0, chunk_rows);
 }
 
 torch::Tensor tp_slice(const torch::Tensor& full, TpSplit split, int size, int rank) {

@@ -110,8 +110,13 @@ torch::Tensor reduce_scatter_to_sp(const torch::Tensor& x, const TensorParallel&
 
 // Cross-entropy per token of logits split over the vocabulary: logits (N, V/TP)
 // of this rank's rows [rank * V/TP, (rank + 1) * V/TP), targets (N) -> (N) fp32,
-// never gathering the full logits (max, target logit and sum of exp are all-reduced).
-torch::Tensor vocab_parallel_cross_entropy(const torch::Tensor& logits, const torch::Tensor& targets, const TensorParallel& tp);
+// never gathering the full logits (the row maxima, then target logits and sums
+// of exp, are all-reduced over TP; nothing with TP 1). The logits keep their
+// dtype (16-bit in mixed precision); the arithmetic is fp32 over chunks of
+// `chunk_rows` rows (0: as many as make 8 Mi elements), so no fp32 copy of the
+// whole logits exists in forward or backward. The gradient is softmax - one-hot.
+torch::Tensor vocab_parallel_cross_entropy(const torch::Tensor& logits, const torch::Tensor& targets, const TensorParallel& tp,
+                                           int64_t chunk_rows = 0);
 
 // How a parameter is split over tensor-parallel ranks: along `dim`, in `groups`
 // interleaved groups (the fused QKV weight: 3 groups, q, k and v, each split by

@@ -1,6 +1,5 @@
 #include "trainer/trainer.h"
 
-#include <ATen/autocast_mode.h>
 #include <torch/torch.h>
 
 #include <atomic>
@@ -176,8 +175,9 @@ struct Placement {
   torch::Device device{torch::kCPU};
   std::string backend;
   bool fp16 = false, bf16 = false;
-  c10::DeviceType autocast_device = c10::DeviceType::CPU;
-  bool autocast() const { return fp16 || bf16; }
+  bool half() const { return fp16 || bf16; }
+  torch::ScalarType param_dtype() const { return fp16 ? torch::kHalf : bf16 ? torch::kBFloat16 : torch::kFloat; }
+  torch::ScalarType grad_dtype = torch::kFloat;
 };
 
 Placement place(const TrainArgs& a, const DistEnv& env) {
@@ -198,28 +198,30 @@ Placement place(const TrainArgs& a, const DistEnv& env) {
     if (env.rank == 0) ZLM_LOG_WRN("--distributed-backend nccl needs a GPU; training on CPU with gloo");
     p.backend = "gloo";
   }
-  // Mixed precision is autocast (fp32 master weights and Adam). On CPU, where
-  // half-precision matrix products are mostly emulated (70x slower than fp32
-  // on CPUs without AVX512-BF16/AMX), --fp16/--bf16 fall back to fp32 unless
-  // ZLM_CPU_AUTOCAST=1, which the tests use to run the GPU's mixed-precision
-  // code paths (loss scaling, recomputation under autocast, its weight cache).
-  const char* cpu_autocast_env = std::getenv("ZLM_CPU_AUTOCAST");
-  const bool mixed_ok = p.cuda || (cpu_autocast_env && std::string(cpu_autocast_env) == "1");
-  p.autocast_device = p.cuda ? c10::DeviceType::CUDA : c10::DeviceType::CPU;
+  // Mixed precision is Megatron's and DeepSpeed's layout: 16-bit parameters
+  // and activations, fp32 master weights and Adam moments in the optimizer
+  // (trainer/zero.h). On CPU, where half-precision matrix products are mostly
+  // emulated (70x slower than fp32 on CPUs without AVX512-BF16/AMX),
+  // --fp16/--bf16 fall back to fp32 unless ZLM_CPU_MIXED_PRECISION=1, which the
+  // tests use to run the GPU's mixed-precision code paths on CPU.
+  const char* cpu_env = std::getenv("ZLM_CPU_MIXED_PRECISION");
+  const bool mixed_ok = p.cuda || (cpu_env && std::string(cpu_env) == "1");
   if (env.rank == 0 && (a.fp16 || a.bf16)) {
-    if (!mixed_ok) ZLM_LOG_WRN("--%s on CPU: training in fp32 (ZLM_CPU_AUTOCAST=1 forces CPU autocast)", a.fp16 ? "fp16" : "bf16");
-    else if (!p.cuda) ZLM_LOG_WRN("--%s on CPU: CPU autocast (ZLM_CPU_AUTOCAST=1)", a.fp16 ? "fp16" : "bf16");
+    if (!mixed_ok) ZLM_LOG_WRN("--%s on CPU: training in fp32 (ZLM_CPU_MIXED_PRECISION=1 trains in 16-bit on CPU)", a.fp16 ? "fp16" : "bf16");
+    else if (!p.cuda) ZLM_LOG_WRN("--%s on CPU: 16-bit parameters on CPU (ZLM_CPU_MIXED_PRECISION=1)", a.fp16 ? "fp16" : "bf16");
   }
   p.fp16 = mixed_ok && a.fp16;
   p.bf16 = mixed_ok && a.bf16;
-  if (p.autocast()) {  // autocast for every forward pass; fp16 also gets Megatron's loss scaling
-    at::autocast::set_autocast_dtype(p.autocast_device, p.fp16 ? at::kHalf : at::kBFloat16);
-    at::autocast::set_autocast_enabled(p.autocast_device, true);
-  }
-  // Autocast caches the low-precision copy of each weight; the cache is cleared
-  // every iteration (the optimizer changes the weights). ZeRO-3 turns it off:
-  // cached copies of every block would keep the gathered parameters alive.
-  if (p.autocast() && a.zero_stage == 3) at::autocast::set_autocast_cache_enabled(false);
+  // Gradients: Megatron accumulates and all-reduces them in fp32 for --bf16 and
+  // with --accumulate-allreduce-grads-in-fp32, otherwise in fp16; DeepSpeed in
+  // its communication_data_type, by default the parameters' dtype.
+  const std::string& want = a.grad_reduce_dtype;
+  if (!p.half()) p.grad_dtype = torch::kFloat;
+  else if (want == "fp32" || (want.empty() && p.bf16 && !a.deepspeed)) p.grad_dtype = torch::kFloat;
+  else if (want.empty() || want == (p.fp16 ? "fp16" : "bf16")) p.grad_dtype = p.param_dtype();
+  else throw Error(ErrorKind::Usage, "gradients in %s with %s parameters: zerolm reduces in fp32 or in the parameters' dtype", want.c_str(),
+                   p.fp16 ? "fp16" : "bf16");
+  if (env.rank == 0 && p.bf16 && want.empty() && !a.deepspeed) ZLM_LOG_INF("accumulate and all-reduce gradients in fp32 for bfloat16 data type.");
   return p;
 }
 
@@ -326,7 +328,8 @@ Trainer::Trainer(const TrainArgs& args, const DistEnv& env) : a_(args), env_(env
   // Ranks meet before anything else, so that different settings are refused before they can deadlock.
   world_ = make_comm(env, pl_.backend, pl_.cuda ? pl_.gpu : -1,
                      std::chrono::milliseconds(static_cast<int64_t>(a_.distributed_timeout_minutes * 60000)));
-  check_same_settings(*world_, run_fingerprint(a_, padded_vocab_, pl_.fp16 ? "fp16" : pl_.bf16 ? "bf16" : "fp32"));
+  check_same_settings(*world_, run_fingerprint(a_, padded_vocab_, strprintf("%s(gradients:%s)", pl_.fp16 ? "fp16" : pl_.bf16 ? "bf16" : "fp32",
+                                                                             c10::toString(pl_.grad_dtype))));
   grid_ = std::make_unique<ProcessGrid>(*world_, static_cast<int>(a_.tensor_model_parallel_size),
                                         static_cast<int>(a_.pipeline_model_parallel_size));
   if (env.world_size > 1) {
@@ -393,7 +396,7 @@ void Trainer::build_model() {
   rng_.seed(pl_.device, seed, seed + 2718 + static_cast<uint64_t>(g.tp_rank()));
 
   ZeroConfig z{.stage = static_cast<int>(a_.zero_stage), .offload_optimizer = a_.cpu_offload, .offload_params = a_.offload_params,
-               .beta1 = a_.adam_beta1, .beta2 = a_.adam_beta2, .eps = a_.adam_eps, .weight_decay = a_.weight_decay};
+               .param_dtype = pl_.param_dtype(), .grad_dtype = pl_.grad_dtype, .beta1 = a_.adam_beta1, .beta2 = a_.adam_beta2, .eps = a_.adam_eps, .weight_decay = a_.weight_decay};
   if (ds_.offload_chunk > 0) z.offload_chunk = ds_.offload_chunk;
   z.overlap = g.pp_size() == 1;  // pipeline schedules interleave the backward passes of micro-batches
   if (g.pp_size() > 1 && (part.pre || part.post)) z.own_buckets = {"wte.weight"};  // the same shard on the first and last stage
@@ -401,7 +404,7 @@ void Trainer::build_model() {
   z.in_norm = [m](const std::string& name) { return m->counts_in_grad_norm(name); };
   engine_ = std::make_unique<ZeroEngine>(model_, g.dp(), z, pl_.device);
   schedule_ = std::make_unique<PipelineSchedule>(g.pp(), model_->num_chunks(), model_->activation_shape(a_.micro_batch_size, a_.seq_length),
-                                                 torch::TensorOptions().dtype(torch::kFloat).device(pl_.device));
+                                                 torch::TensorOptions().dtype(pl_.param_dtype()).device(pl_.device));
   const std::string metrics_path = !a_.metrics_out.empty() ? a_.metrics_out : (!a_.save.empty() ? (fs::path(a_.save) / "metrics.jsonl").string() : "");
   if (!metrics_path.empty() && env_.rank == 0) {
     if (fs::path(metrics_path).has_parent_path()) fs::create_directories(fs::path(metrics_path).parent_path());
@@ -421,7 +424,7 @@ void Trainer::build_model() {
 void Trainer::report_memory_plan() {
   const ProcessGrid& g = *grid_;
   const MemoryPlan plan = engine_->plan();
-  const bool half = pl_.autocast();
+  const bool half = pl_.half();
   const int64_t layers_here = static_cast<int64_t>(model_->blocks->size());
   const int64_t in_flight = schedule_->max_in_flight(micro_);
   const int64_t activations = in_flight * (layers_here / static_cast<int64_t>(model_->num_chunks())) * activation_bytes_per_layer(a_, half);
@@ -482,13 +485,9 @@ StageFns Trainer::stage_fns(const SampleSource& src, int64_t consumed, double lo
     if (reads_tokens || reads_labels) std::tie(tokens, labels) = batch(src, consumed + m * mbs * dp + dp_rank * mbs, mbs, a_.seq_length, pl_.device);
     return model_->forward_chunk(v, reads_tokens ? tokens : input, reads_labels ? labels : torch::Tensor());
   };
-  f.backward = [this, loss_grad_scale](const torch::Tensor& out, const torch::Tensor& grad) {
-    // Backward outside autocast, as in PyTorch's recipe (on CPU it would
-    // otherwise run under the caller's autocast state).
-    at::autocast::set_autocast_enabled(pl_.autocast_device, false);
+  f.backward = [loss_grad_scale](const torch::Tensor& out, const torch::Tensor& grad) {
     if (grad.defined()) torch::autograd::backward({out}, {grad});
     else (out * loss_grad_scale).backward();
-    at::autocast::set_autocast_enabled(pl_.autocast_device, pl_.autocast());
   };
   f.after_backward = [this] { engine_->after_backward(); };
   return f;
@@ -522,7 +521,6 @@ double Trainer::model_parallel_sum(double v) {
 
 void Trainer::train_step() {
   const double lr = megatron_lr(a_, st_.iteration);  // Megatron: the LR of the steps taken so far
-  if (pl_.autocast()) at::autocast::clear_cache();
   engine_->begin_step(micro_);
   const double loss_mult = pl_.fp16 ? scaler_.scale() : 1.0;
   // The loss sum stays on the device until the step's end: a read per
@@ -635,7 +633,6 @@ void Trainer::log_progress() {
 
 void Trainer::evaluate(const std::string& label, const SampleSource& src, int64_t* consumed) {
   if (src.empty() || a_.eval_iters == 0) return;
-  if (pl_.autocast()) at::autocast::clear_cache();
   model_->eval();
   auto total = torch::zeros({}, torch::TensorOptions().dtype(torch::kDouble).device(pl_.device));
   for (int64_t e = 0; e < a_.eval_iters; ++e) {

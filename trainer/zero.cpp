@@ -6,9 +6,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <deque>
 #include <map>
 #include <mutex>
+
+#ifdef ZLM_HAVE_CUDA
+#include <cuda_runtime_api.h>
+#endif
 
 #include "common/core/error.h"
 #include "common/core/log.h"
@@ -38,15 +43,31 @@ struct Bucket {
   torch::Tensor flat_grad;    // stages 0, 1: the buffer param.grad views point into
   torch::Tensor grad_shard;   // reduced gradient of the owned range (device)
   torch::Tensor host_grad;    // offload: host copy of grad_shard
-  torch::Tensor master, exp_avg, exp_avg_sq;  // owned range, on the optimizer's device
+  torch::Tensor host_param;   // offload with CUDA, 16-bit parameters on the device: the cast chunk on its way up
+  torch::Tensor master, exp_avg, exp_avg_sq;  // owned range, fp32, on the optimizer's device
   bool master_is_param = false;
   size_t ready = 0;
 };
 
-torch::Tensor zeros_on(int64_t n, const torch::Device& dev, bool pin) {
-  auto opts = torch::TensorOptions().dtype(torch::kFloat).device(dev);
-  if (pin && dev.is_cpu()) opts = opts.pinned_memory(true);
-  return torch::zeros({n}, opts);
+// Pinned host memory of exactly n elements: LibTorch's caching host
+// allocator rounds every block up to a power of two (up to 2x the host memory
+// of an offloaded optimizer).
+torch::Tensor pinned_zeros(int64_t n, torch::ScalarType dtype) {
+#ifdef ZLM_HAVE_CUDA
+  const size_t size = static_cast<size_t>(n) * c10::elementSize(dtype);
+  void* p = nullptr;
+  if (cudaHostAlloc(&p, std::max<size_t>(size, 1), cudaHostAllocDefault) != cudaSuccess)
+    throw Error(ErrorKind::Io, "cannot pin %zu bytes of host memory for the offloaded optimizer ---> HINT: ulimit -l, or less offload", size);
+  std::memset(p, 0, size);
+  return torch::from_blob(p, {n}, [](void* q) { cudaFreeHost(q); }, torch::TensorOptions().dtype(dtype));
+#else
+  return torch::zeros({n}, torch::TensorOptions().dtype(dtype).pinned_memory(true));
+#endif
+}
+
+torch::Tensor zeros_on(int64_t n, const torch::Device& dev, bool pin, torch::ScalarType dtype = torch::kFloat) {
+  if (pin && dev.is_cpu()) return pinned_zeros(n, dtype);
+  return torch::zeros({n}, torch::TensorOptions().dtype(dtype).device(dev));
 }
 
 int64_t bytes(const torch::Tensor& t) { return t.defined() ? t.numel() * static_cast<int64_t>(t.element_size()) : 0; }
@@ -60,6 +81,10 @@ struct ZeroEngine::Impl {
   torch::Device device, opt_device;
   bool pin = false;
   int W = 1, rank = 0;
+  // Stages 0, 1 with gradients of another dtype than the parameters: param.grad
+  // cannot be a view of the bucket; a hook adds it in (Megatron's main_grad).
+  bool main_grad = false;
+  double grad_mult = 1.0;  // 16-bit gradients: the factor reduce_grads recorded (see zero.h)
   std::vector<Bucket> buckets;            // [0] outer, [1 + l] block l
   std::vector<size_t> hooked_order;       // launch order of hooked buckets (reverse model order)
   size_t next_launch = 0;
@@ -76,6 +101,7 @@ struct ZeroEngine::Impl {
     W = comm.world();
     rank = comm.rank();
     pin = z.offload_optimizer && d.is_cuda();
+    main_grad = cfg.stage <= 1 && cfg.grad_dtype != cfg.param_dtype;
     const auto L = static_cast<int64_t>(m->blocks->size());
     buckets.resize(static_cast<size_t>(L + 1) + cfg.own_buckets.size());
     for (int64_t l = 0; l <= L; ++l) buckets[static_cast<size_t>(l)].block = static_cast<int>(l) - 1;
@@ -110,11 +136,11 @@ struct ZeroEngine::Impl {
       k.hooked = !k.sharded_params;
       // Parameters into one flat buffer.
       torch::NoGradGuard no_grad;
-      auto flat = zeros_on(k.padded, device, false);
+      auto flat = zeros_on(k.padded, device, false, cfg.param_dtype);
       for (auto& s : k.slots) flat.narrow(0, s.offset, s.numel).copy_(s.param.detach().reshape({-1}));
       if (k.sharded_params) {
         auto where = cfg.offload_params ? torch::Device(torch::kCPU) : device;
-        k.param_shard = zeros_on(k.own_len, where, cfg.offload_params && device.is_cuda());
+        k.param_shard = zeros_on(k.own_len, where, cfg.offload_params && device.is_cuda(), cfg.param_dtype);
         k.param_shard.copy_(flat.narrow(0, k.own_begin, k.own_len));
         for (auto& s : k.slots) s.param.set_data(torch::empty({0}, s.param.options()));
       } else {
@@ -123,28 +149,32 @@ struct ZeroEngine::Impl {
       }
       // Gradients.
       if (cfg.stage <= 1) {
-        k.flat_grad = zeros_on(k.padded, device, false);
-        for (auto& s : k.slots) s.param.mutable_grad() = k.flat_grad.narrow(0, s.offset, s.numel).view(s.shape);
+        k.flat_grad = zeros_on(k.padded, device, false, cfg.grad_dtype);
+        if (!main_grad)
+          for (auto& s : k.slots) s.param.mutable_grad() = k.flat_grad.narrow(0, s.offset, s.numel).view(s.shape);
         // One rank owns the whole bucket: its shard is the full buffer (no copy).
-        k.grad_shard = cfg.stage == 0 || W == 1 ? k.flat_grad : zeros_on(k.own_len, device, false);
+        k.grad_shard = cfg.stage == 0 || W == 1 ? k.flat_grad : zeros_on(k.own_len, device, false, cfg.grad_dtype);
       } else {
         // Stages 2/3 with offload: reduced gradients go straight to host memory,
         // so the device never holds a gradient shard (DeepSpeed does the same).
-        k.grad_shard = zeros_on(k.own_len, opt_device, pin);
+        k.grad_shard = zeros_on(k.own_len, opt_device, pin, cfg.grad_dtype);
       }
-      if (cfg.offload_optimizer && k.grad_shard.device() != opt_device) k.host_grad = zeros_on(k.own_len, opt_device, pin);
+      if (cfg.offload_optimizer && k.grad_shard.device() != opt_device) k.host_grad = zeros_on(k.own_len, opt_device, pin, cfg.grad_dtype);
       // Optimizer state of the owned range: master weights, Adam moments.
       torch::Tensor own = k.sharded_params ? k.param_shard : k.flat_param.narrow(0, k.own_begin, k.own_len);
       // With offload the master weights are a separate host copy (copied back
       // after each step), also when training on CPU, so CPU tests run that path;
-      // only stage-3 shards already in host memory serve as their own master.
+      // only fp32 stage-3 shards already in host memory serve as their own
+      // master. 16-bit parameters always have an fp32 master copy, which starts
+      // from the rounded parameters (as Megatron's and DeepSpeed's do).
       const bool host_shard = k.sharded_params && cfg.offload_params;
-      if (own.device() == opt_device && (!cfg.offload_optimizer || host_shard)) {
+      if (own.device() == opt_device && own.scalar_type() == torch::kFloat && (!cfg.offload_optimizer || host_shard)) {
         k.master = own;
         k.master_is_param = true;
       } else {
         k.master = zeros_on(k.own_len, opt_device, pin);
         k.master.copy_(own);
+        if (pin && own.is_cuda() && own.scalar_type() != torch::kFloat) k.host_param = zeros_on(k.own_len, opt_device, pin, cfg.param_dtype);
       }
       k.exp_avg = zeros_on(k.own_len, opt_device, pin);
       k.exp_avg_sq = zeros_on(k.own_len, opt_device, pin);
@@ -156,10 +186,11 @@ struct ZeroEngine::Impl {
     for (size_t b = static_cast<size_t>(L + 1); b < buckets.size(); ++b) hooked_order.push_back(b);
     std::erase_if(hooked_order, [&](size_t b) { return !buckets[b].hooked || buckets[b].slots.empty(); });
     for (size_t b : hooked_order)
-      for (auto& s : buckets[b].slots) {
-        auto acc = torch::autograd::impl::grad_accumulator(s.param);
+      for (size_t i = 0; i < buckets[b].slots.size(); ++i) {
+        auto acc = torch::autograd::impl::grad_accumulator(buckets[b].slots[i].param);
         acc->add_post_hook(std::make_unique<torch::autograd::utils::LambdaPostHook>(
-            [this, b](const torch::autograd::variable_list& outputs, const torch::autograd::variable_list&) {
+            [this, b, i](const torch::autograd::variable_list& outputs, const torch::autograd::variable_list&) {
+              if (main_grad) add_to_main_grad(buckets[b], buckets[b].slots[i]);
               param_ready(b);
               return outputs;
             }));
@@ -183,6 +214,15 @@ struct ZeroEngine::Impl {
   // ---- hooked buckets, launched in one fixed order on every rank: on every
   // micro-batch at stage 2, on the last one at stages 0 and 1 (the gradients
   // accumulate in the full buffers until then).
+  // A parameter's new 16-bit gradient into its bucket's fp32 buffer, on every
+  // micro-batch (the slots of a bucket are disjoint: no lock needed).
+  void add_to_main_grad(Bucket& k, Slot& s) {
+    torch::NoGradGuard no_grad;
+    const torch::Tensor g = s.param.grad();
+    if (!g.defined()) return;
+    k.flat_grad.narrow(0, s.offset, s.numel).add_(g.reshape({-1}));
+    s.param.mutable_grad().reset();
+  }
   bool reduce_this_micro_batch() const { return cfg.stage >= 2 || (cfg.overlap && micro_done + 1 >= micro_total); }
   void param_ready(size_t b) {
     std::lock_guard<std::mutex> lock(mu);
@@ -222,7 +262,7 @@ struct ZeroEngine::Impl {
     reduce_flat_into_shard(k, flat_grad(k, grads));
   }
   torch::Tensor flat_grad(const Bucket& k, const std::vector<torch::Tensor>& grads) {
-    auto full = zeros_on(k.padded, device, false);
+    auto full = zeros_on(k.padded, device, false, cfg.grad_dtype);
     for (size_t i = 0; i < k.slots.size(); ++i)
       if (grads[i].defined()) full.narrow(0, k.slots[i].offset, k.slots[i].numel).copy_(grads[i].reshape({-1}));
     return full;
@@ -239,7 +279,7 @@ struct ZeroEngine::Impl {
   std::deque<Reducing> reducing;
   void reduce_flat_into_shard(Bucket& k, const torch::Tensor& full) {
     finish_reduces();
-    Reducing r{&k, full, torch::empty({k.own_len}, full.options()), nullptr};
+    Reducing r{&k, full.to(cfg.grad_dtype), torch::empty({k.own_len}, full.options().dtype(cfg.grad_dtype)), nullptr};
     r.op = comm.reduce_scatter_async(r.part, r.full);
     reducing.push_back(std::move(r));
   }
@@ -267,7 +307,7 @@ struct ZeroEngine::Impl {
   std::map<size_t, InFlight> inflight;
   InFlight start_gather(const Bucket& k) {
     InFlight f;
-    f.full = torch::empty({k.padded}, torch::TensorOptions().dtype(torch::kFloat).device(device));
+    f.full = torch::empty({k.padded}, torch::TensorOptions().dtype(cfg.param_dtype).device(device));
     f.src = k.param_shard.device() == device ? k.param_shard : k.param_shard.to(device);
     f.op = comm.all_gather_async(f.full, f.src);
     return f;
@@ -362,7 +402,7 @@ struct GatheredEmbedFn : public torch::autograd::Function<GatheredEmbedFn> {
     Bucket& k = impl->buckets[0];
     torch::NoGradGuard no_grad;
     torch::Tensor idx = ctx->get_saved_variables()[0], g = grads[0];
-    if (!impl->outer_grad.defined()) impl->outer_grad = zeros_on(k.padded, impl->device, false);  // no head in this graph
+    if (!impl->outer_grad.defined()) impl->outer_grad = zeros_on(k.padded, impl->device, false, impl->cfg.param_dtype);  // no head in this graph
     torch::Tensor wte = impl->view_of(k, impl->outer_grad, "wte.weight"), wpe = impl->view_of(k, impl->outer_grad, "wpe.weight");
     gpt2_embed_backward(g, idx, wte, wpe, impl->model->tp());
     impl->reduce_flat_into_shard(k, impl->outer_grad);
@@ -404,7 +444,7 @@ struct GatheredHeadFn : public torch::autograd::Function<GatheredHeadFn> {
     y.reset();
     leaves.clear();  // the gathered buffer goes with the graph
     torch::NoGradGuard no_grad;
-    impl->outer_grad = zeros_on(k.padded, impl->device, false);
+    impl->outer_grad = zeros_on(k.padded, impl->device, false, impl->cfg.param_dtype);
     const char* names[] = {"wte.weight", "ln_f.weight", "ln_f.bias"};
     for (size_t i = 0; i < 3; ++i)
       if (g[i + 1].defined()) impl->view_of(k, impl->outer_grad, names[i]).copy_(g[i + 1]);
@@ -441,6 +481,7 @@ void ZeroEngine::begin_step(int64_t micro_batches) {
     k.reduced = false;
   }
   impl_->next_launch = 0;
+  impl_->grad_mult = 1.0;
   impl_->micro_total = std::max<int64_t>(1, micro_batches);
   impl_->micro_done = 0;
 }
@@ -463,11 +504,12 @@ void ZeroEngine::after_backward() {
 // Every shard and bucket is a multiple of 64 elements long (ZeroConfig::align);
 // a parameter's part of one need not be.
 // A length that is not a multiple of 64 has its tail summed in double.
+// 16-bit gradients are read in fp32 (no fp32 copy of the shard).
 static torch::Tensor sum_of_squares(const torch::Tensor& g) {
   const int64_t rows = g.numel() / 64 * 64;
   auto tail = g.narrow(0, rows, g.numel() - rows).to(torch::kDouble).pow(2).sum();
   if (rows == 0) return tail;
-  return at::linalg_vector_norm(g.narrow(0, 0, rows).view({-1, 64}), 2, {1}).to(torch::kDouble).pow(2).sum() + tail;
+  return at::linalg_vector_norm(g.narrow(0, 0, rows).view({-1, 64}), 2, {1}, false, torch::kFloat).to(torch::kDouble).pow(2).sum() + tail;
 }
 
 void ZeroEngine::reduce_grads(double grad_mult) {
@@ -478,7 +520,8 @@ void ZeroEngine::reduce_grads(double grad_mult) {
     for (size_t b : I.hooked_order)
       if (!I.buckets[b].reduced) I.reduce_hooked(I.buckets[b]);
   I.finish_reduces();
-  if (grad_mult != 1.0)
+  if (I.cfg.grad_dtype != torch::kFloat) I.grad_mult = grad_mult;  // applied in fp32 by the norm and the step
+  else if (grad_mult != 1.0)
     for (auto& k : I.buckets) k.grad_shard.mul_(grad_mult);
 }
 
@@ -518,7 +561,8 @@ double ZeroEngine::Impl::sum_counted(const std::function<torch::Tensor(const Buc
 }
 
 double ZeroEngine::grad_sum_of_squares() {
-  return impl_->sum_counted([](const Bucket& k) { return k.grad_shard; }, sum_of_squares, /*zero_padding_neutral=*/true);
+  const double m = impl_->grad_mult;
+  return impl_->sum_counted([](const Bucket& k) { return k.grad_shard; }, sum_of_squares, /*zero_padding_neutral=*/true) * m * m;
 }
 
 double ZeroEngine::grad_num_zeros() {
@@ -534,14 +578,18 @@ void ZeroEngine::step(double lr, double clip_coef) {
   auto& I = *impl_;
   ++step_;
   auto steps = torch::full({}, static_cast<float>(step_), torch::TensorOptions().dtype(torch::kFloat).device(I.opt_device));
+  // The gradients' factor: the clipping coefficient, and for 16-bit gradients
+  // the loss-scale and averaging factor too (see zero.h).
+  const double mult = I.grad_mult * clip_coef;
+  const bool half_grads = I.cfg.grad_dtype != torch::kFloat;
   // Offload: every gradient shard goes to host memory first (asynchronous
   // copies into pinned buffers, one wait), then AdamW runs chunk by chunk on
-  // the CPU and each updated chunk of master weights is copied back
-  // asynchronously while the next chunk is being computed.
+  // the CPU and each updated chunk of master weights is cast to the parameter
+  // dtype and copied back asynchronously while the next chunk is computed.
   if (I.pin) torch::cuda::synchronize();  // last step's copies back are done before the master weights change
   bool copied = false;
   for (auto& k : I.buckets) {
-    if (clip_coef != 1.0) k.grad_shard.mul_(clip_coef);
+    if (!half_grads && mult != 1.0) k.grad_shard.mul_(mult);
     if (k.host_grad.defined()) {
       k.host_grad.copy_(k.grad_shard, /*non_blocking=*/I.pin);
       copied = copied || I.pin;
@@ -561,14 +609,23 @@ void ZeroEngine::step(double lr, double clip_coef) {
       for (int64_t a = pieces[p], n = 0; a < pieces[p + 1]; a += n) {
         n = std::min(chunk, pieces[p + 1] - a);
         const int64_t off = a - k.own_begin;
-        at::_fused_adamw_({k.master.narrow(0, off, n)}, {grad.narrow(0, off, n)}, {k.exp_avg.narrow(0, off, n)},
-                          {k.exp_avg_sq.narrow(0, off, n)}, {}, {steps}, lr, I.cfg.beta1, I.cfg.beta2, wd, I.cfg.eps, false, false);
-        if (!k.master_is_param) own.narrow(0, off, n).copy_(k.master.narrow(0, off, n), /*non_blocking=*/I.pin);
+        torch::Tensor g = grad.narrow(0, off, n);
+        if (half_grads) g = g.to(torch::kFloat).mul_(mult);  // unscaled and clipped in fp32, one pass per chunk
+        at::_fused_adamw_({k.master.narrow(0, off, n)}, {g}, {k.exp_avg.narrow(0, off, n)}, {k.exp_avg_sq.narrow(0, off, n)}, {}, {steps}, lr,
+                          I.cfg.beta1, I.cfg.beta2, wd, I.cfg.eps, false, false);
+        if (k.master_is_param) continue;
+        if (k.host_param.defined()) {  // cast on the host, 16 bits up
+          torch::Tensor staged = k.host_param.narrow(0, off, n);
+          staged.copy_(k.master.narrow(0, off, n));
+          own.narrow(0, off, n).copy_(staged, /*non_blocking=*/true);
+        } else {
+          own.narrow(0, off, n).copy_(k.master.narrow(0, off, n), /*non_blocking=*/I.pin);
+        }
       }
     }
   }
-  // The master weights are not written again before the next step's copies
-  // and its synchronisation, so the asynchronous copies above may still run.
+  // The master weights and staging buffers are not written again before the
+  // next step's synchronisation, so the asynchronous copies above may still run.
   if (I.cfg.stage >= 1 && I.W > 1)  // one rank owns everything already
     for (auto& k : I.buckets)
       if (!k.sharded_params && k.padded > 0) I.comm.all_gather(k.flat_param, k.flat_param.narrow(0, k.own_begin, k.own_len).clone());
@@ -578,10 +635,13 @@ MemoryPlan ZeroEngine::plan() const {
   const auto& I = *impl_;
   MemoryPlan p;
   int64_t max_gathered = 0, max_staging = 0;
+  const auto param_size = static_cast<int64_t>(c10::elementSize(I.cfg.param_dtype));
+  const auto grad_size = static_cast<int64_t>(c10::elementSize(I.cfg.grad_dtype));
   for (const auto& k : I.buckets) {
     p.params_device += bytes(k.flat_param);
     (I.cfg.offload_params ? p.params_host : p.params_device) += bytes(k.param_shard);
-    if (I.cfg.stage >= 2) max_staging = std::max(max_staging, k.padded * 4);
+    p.params_host += bytes(k.host_param);
+    if (I.cfg.stage >= 2) max_staging = std::max(max_staging, k.padded * grad_size);
     const int64_t shard = k.grad_shard.is_same(k.flat_grad) ? 0 : bytes(k.grad_shard);
     const bool shard_on_host = I.cfg.offload_optimizer && I.cfg.stage >= 2;  // by role: on CPU-only runs both places are the CPU
     p.grads_device += bytes(k.flat_grad) + (shard_on_host ? 0 : shard);
@@ -593,13 +653,15 @@ MemoryPlan ZeroEngine::plan() const {
   // order outer, blocks 1..L, outer.
   for (size_t b = 0; b < I.buckets.size(); ++b) {
     const Bucket &k = I.buckets[b], &next = I.buckets[(b + 1) % I.buckets.size()];
-    if (k.sharded_params) max_gathered = std::max(max_gathered, (k.padded + next.padded) * 4);
+    if (k.sharded_params) max_gathered = std::max(max_gathered, (k.padded + next.padded) * param_size);
   }
+  p.params_gathered = max_gathered;
   p.params_device += max_gathered;
   // Two buckets of full gradients at a time (one being reduce-scattered, the
   // next being built); at stage 3 the outer bucket's is also held from the
   // head's backward to the embeddings'.
-  p.grads_device += 2 * max_staging + (I.cfg.stage == 3 ? I.buckets[0].padded * 4 : 0);
+  p.grads_staging = 2 * max_staging + (I.cfg.stage == 3 ? I.buckets[0].padded * param_size : 0);
+  p.grads_device += p.grads_staging;
   return p;
 }
 

@@ -5,21 +5,29 @@
 //
 // Layout (every stage): the parameters are grouped into buckets, one per
 // transformer block plus one "outer" bucket (token and position embeddings,
-// final LayerNorm), in model order. A bucket is one flat fp32 buffer, weights
-// (decayed) first and biases/LayerNorm (not decayed) after, zero-padded to a
-// multiple of world * 64 elements, so rank r owns the contiguous range
-// [r * padded / world, (r + 1) * padded / world) of every bucket.
+// final LayerNorm), in model order. A bucket is one flat buffer of the
+// parameter dtype (fp32, or bf16/fp16 in mixed precision: the module then runs
+// in 16-bit, as Megatron's Float16Module and DeepSpeed do), weights (decayed)
+// first and biases/LayerNorm (not decayed) after, zero-padded to a multiple of
+// world * 64 elements, so rank r owns the contiguous range
+// [r * padded / world, (r + 1) * padded / world) of every bucket. The
+// optimizer owns fp32 master weights and Adam moments of that range; in mixed
+// precision the master weights are a copy, cast into the 16-bit parameters
+// after each step. Gradients accumulate over micro-batches and are reduced in
+// the gradient dtype (ZeroConfig::grad_dtype).
 //
 //   stage 0  replicated: gradients accumulate in full buffers (param.grad is a
-//            view of the bucket) and are all-reduced per bucket during the last
-//            micro-batch's backward (autograd post-hooks, in one fixed bucket
-//            order on all ranks); every rank keeps full Adam states and steps them.
+//            view of the bucket; with fp32 gradients of 16-bit parameters an
+//            autograd post-hook adds each param.grad into the bucket and drops
+//            it, Megatron's main_grad) and are all-reduced per bucket during
+//            the last micro-batch's backward (in one fixed bucket order on all
+//            ranks); every rank keeps full Adam states and steps them.
 //   stage 1  optimizer states sharded: as stage 0, but reduce-scattered into the
 //            rank's shard; each rank steps its shard and the parameters are
-//            all-gathered.
+//            all-gathered (in the parameter dtype).
 //   stage 2  + gradients sharded: as soon as backward has produced a bucket's
 //            gradients (autograd post-hooks), they are reduce-scattered into the
-//            rank's fp32 gradient shard and freed, on every micro-batch, in one
+//            rank's gradient shard and freed, on every micro-batch, in one
 //            fixed bucket order on all ranks.
 //   stage 3  + parameters sharded: a block's parameters exist only as shards;
 //            a custom autograd function gathers them for the block's forward and
@@ -35,9 +43,15 @@
 //   (one in flight; DeepSpeed's overlap_comm, DDP's bucketing) and complete in
 //   launch order, so the sums are those of blocking reductions.
 //   offload  fp32 master weights, Adam moments and gradient shards live in CPU
-//            memory (pinned with CUDA) and AdamW runs there (the fused CPU kernel,
-//            in chunks); parameters are copied back after the step. Stage 3 can
-//            also keep the parameter shards in CPU memory (offload_params).
+//            memory (pinned, allocated at their exact size, with CUDA) and
+//            AdamW runs there (the fused CPU kernel, in chunks); each chunk's
+//            new parameters are cast to the parameter dtype on the host and
+//            copied up (16-bit parameters cross the bus once per step). Stage 3
+//            can also keep the parameter shards in CPU memory (offload_params).
+//   16-bit gradients are multiplied by the loss-scale and averaging factors
+//   only when the optimizer reads them in fp32 (an fp16 gradient scaled back
+//   in fp16 would underflow): reduce_grads records the factor, the norm and
+//   the step apply it.
 //
 // Checkpoints hold full per-parameter tensors (master weights, exp_avg,
 // exp_avg_sq, step), so a run saved by W ranks resumes on any W'.
@@ -68,14 +82,24 @@ struct ZeroConfig {
   // Whether a parameter's gradient counts in the norm on this rank (all when unset).
   std::function<bool(const std::string&)> in_norm;
   bool offload_optimizer = false, offload_params = false;
+  // The parameters' dtype on the device (kFloat, kBFloat16, kHalf), and the
+  // dtype gradients accumulate in over micro-batches and are reduced in
+  // (Megatron: fp32 with --accumulate-allreduce-grads-in-fp32, which --bf16
+  // implies; DeepSpeed: communication_data_type, default the parameters').
+  torch::ScalarType param_dtype = torch::kFloat, grad_dtype = torch::kFloat;
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.01;
   int64_t align = 64;                   // elements; shards start on 256-byte boundaries
   int64_t offload_chunk = 16 * 1048576;  // elements per CPU AdamW chunk
 };
 
 // Bytes per rank, by kind and place (what rank 0 prints at start).
+// Every figure counts the tensors the engine allocated (padding included);
+// params_device and grads_device also count the largest buffers that exist
+// only during a step (params_gathered: stage 3's gathered buckets;
+// grads_staging: stages 2, 3's flat gradients on their way to the shards).
 struct MemoryPlan {
   int64_t params_device = 0, params_host = 0, grads_device = 0, grads_host = 0, optim_device = 0, optim_host = 0;
+  int64_t params_gathered = 0, grads_staging = 0;
   int64_t optimizer_state_bytes() const { return optim_device + optim_host; }
 };
 

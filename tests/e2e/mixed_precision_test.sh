@@ -1,19 +1,25 @@
 #!/usr/bin/env bash
-# pretrain_gpt's mixed-precision paths (autocast; on the GPU they are the
-# default for --bf16/--fp16), run on CPU with ZLM_CPU_AUTOCAST=1:
+# pretrain_gpt's mixed precision (on the GPU the layout of --bf16/--fp16),
+# run on CPU with ZLM_CPU_MIXED_PRECISION=1:
+#  0. the layout, from the memory plan in metrics.jsonl: 16-bit parameters
+#     (2 bytes each), fp32 master weights and moments (12), gradients in fp32
+#     for --bf16 (Megatron's rule, 4 bytes) and in fp16 for --fp16 (2), fp32
+#     with --accumulate-allreduce-grads-in-fp32, and bf16 under a DeepSpeed
+#     config with communication_data_type "bf16";
 #  1. bf16, one process, dropout on: --checkpoint-activations and ZeRO-3 (which
-#     recompute every block under the forward's saved autocast and RNG state)
-#     give bit for bit the losses and weights of the plain run;
+#     recompute every block under the forward's saved RNG state) give bit for
+#     bit the losses and weights of the plain run;
 #  2. bf16, dropout off: 2 ranks at stages 0-3 give the one-process losses
-#     (rtol 1e-4: gradient sums in another order move bf16 roundings), and
-#     stages 2 and 3 are bit for bit equal;
+#     (rtol 1e-4: gradient sums in another order may move the rounding of
+#     the 16-bit parameters; measured equal), and stages 2 and 3 are bit for
+#     bit equal;
 #  3. fp16 with Megatron's dynamic loss scaling from 2^32: the overflowing
 #     steps are skipped and counted, the scale halves after the hysteresis;
 #     on 2 ranks the overflow is agreed across ranks: ZeRO-0 and ZeRO-1 skip
 #     exactly the same steps with the same scale (1 and 2 ranks may not: each
 #     rank divides its micro-batch losses by its own micro-batch count, 12 or
 #     6, as Megatron does, so near the overflow edge the 2-rank gradients overflow first);
-#  4. without ZLM_CPU_AUTOCAST, --bf16 on CPU warns and trains in fp32.
+#  4. without ZLM_CPU_MIXED_PRECISION, --bf16 on CPU warns and trains in fp32.
 #   mixed_precision_test.sh SOURCE_DIR BIN_DIR PYTHON
 set -euo pipefail
 SRC=$1 BIN=$2 PY=$3
@@ -30,18 +36,38 @@ common=(--num-layers 2 --hidden-size 64 --num-attention-heads 4 --micro-batch-si
 run() {  # run NAME ARGS...
   local name=$1
   shift
-  ZLM_CPU_AUTOCAST=1 $BIN/pretrain_gpt "${common[@]}" --save "$name" "$@" > "$name.log" 2>&1 ||
+  ZLM_CPU_MIXED_PRECISION=1 $BIN/pretrain_gpt "${common[@]}" --save "$name" "$@" > "$name.log" 2>&1 ||
     { echo "FAIL: $name ($*)"; tail -20 "$name.log"; exit 1; }
 }
 
-# 1. recomputation under bf16 autocast, with dropout.
+# 1. recomputation in bf16, with dropout.
 run bf16 --train-iters 8 --bf16
-grep -q -- '--bf16 on CPU: CPU autocast' bf16.log
+grep -q -- '--bf16 on CPU: 16-bit parameters' bf16.log
 run bf16_ckpt --train-iters 8 --bf16 --checkpoint-activations
 run bf16_z3 --train-iters 8 --bf16 --zero-stage 3
 $CMP --rtol 0 --atol 0 bf16 bf16_ckpt bf16_z3
 run fp32 --train-iters 8
-if $CMP --losses-only --rtol 1e-6 --atol 0 fp32 bf16 > /dev/null; then echo "FAIL: bf16 gave the fp32 losses (autocast not on?)"; exit 1; fi
+if $CMP --losses-only --rtol 1e-6 --atol 0 fp32 bf16 > /dev/null; then echo "FAIL: bf16 gave the fp32 losses (16-bit parameters not on?)"; exit 1; fi
+
+# 0. bytes per parameter on the device, per kind (stage 0, one rank: no padding here).
+run fp16_layout --train-iters 1 --fp16
+run fp16_fp32grads --train-iters 1 --fp16 --accumulate-allreduce-grads-in-fp32
+echo '{"train_micro_batch_size_per_gpu": 1, "train_batch_size": 4, "bf16": {"enabled": true}, "communication_data_type": "bf16"}' > ds.json
+run ds_bf16 --train-iters 1 --deepspeed --deepspeed_config ds.json
+$PY - <<'PYEOF'
+import json
+def plan(run):
+    for line in open(run + "/metrics.jsonl"):
+        m = json.loads(line)
+        if "memory_plan" in m:
+            return m["memory_plan"]
+for run, want in [("fp32", (4, 4, 8)), ("bf16", (2, 4, 12)), ("fp16_layout", (2, 2, 12)), ("fp16_fp32grads", (2, 4, 12)), ("ds_bf16", (2, 2, 12))]:
+    p = plan(run)
+    n = p["padded_parameters"]
+    got = (p["params_device"] / n, p["grads_device"] / n, p["optim_device"] / n)
+    assert got == want, (run, got, want)
+    print(f"ok   {run}: {got[0]:g} + {got[1]:g} + {got[2]:g} bytes per parameter (parameters, gradients, master weights and moments)")
+PYEOF
 
 # 2. bf16 across ranks (no dropout: each rank draws its own masks).
 nodrop=(--train-iters 8 --bf16 --hidden-dropout 0 --attention-dropout 0)

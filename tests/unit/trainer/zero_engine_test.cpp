@@ -4,6 +4,7 @@
 // checkpoint. The multi-process tests start this binary again as its ranks
 // (ZLM_TEST_WORKER=<name> ZLM_TEST_RANK=<r>, handled in main() before gtest),
 // and each rank writes what it computed to a file the test then compares.
+#include <malloc.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <torch/torch.h>
@@ -69,10 +70,12 @@ std::pair<torch::Tensor, torch::Tensor> batch(int64_t step, int rank, int world)
 // would agree on them.
 constexpr double kLr = 1e-2, kDecay = 0.1, kEps = 1e-4;
 
-ZeroConfig zero_config(int stage, bool offload) {
+ZeroConfig zero_config(int stage, bool offload, torch::ScalarType param_dtype = torch::kFloat, torch::ScalarType grad_dtype = torch::kFloat) {
   ZeroConfig zc;
   zc.stage = stage;
   zc.offload_optimizer = offload;
+  zc.param_dtype = param_dtype;
+  zc.grad_dtype = grad_dtype;
   zc.weight_decay = kDecay;
   zc.eps = kEps;
   return zc;
@@ -207,6 +210,38 @@ TEST(Checkpoint, SavedWeightsReadBackExactlyAndDamageIsNamed) {
   }
 }
 
+// The bytes the C library's allocator holds (LibTorch's CPU tensors come from posix_memalign).
+int64_t malloc_bytes() {
+  const struct mallinfo2 m = mallinfo2();
+  return static_cast<int64_t>(m.uordblks + m.hblkhd);
+}
+
+// What the memory plan counts is what the engine allocates: the allocator's
+// growth over the engine's construction equals the plan's resident bytes
+// minus the fp32 parameters the module gave up (within 1% + 256 KiB of
+// bookkeeping), for every stage, offload and precision.
+TEST(ZeroEngine, MemoryPlanIsWhatTheAllocatorHolds) {
+  auto comm = one_rank();
+  Gpt2Config c = tiny();
+  c.hidden = 256;
+  c.vocab_size = 1024;  // ~2.4 M parameters: tens of MB against the allocator's noise
+  for (int stage = 0; stage <= 3; ++stage)
+    for (bool offload : {false, true})
+      for (auto [pd, gd] : {std::pair{torch::kFloat, torch::kFloat}, std::pair{torch::kBFloat16, torch::kFloat}, std::pair{torch::kBFloat16, torch::kBFloat16}}) {
+        Gpt2 model(c);
+        const int64_t module_bytes = model->num_parameters() * 4;
+        const int64_t before = malloc_bytes();
+        ZeroEngine engine(model, *comm, zero_config(stage, offload, pd, gd), torch::Device(torch::kCPU));
+        const int64_t grown = malloc_bytes() - before;
+        const MemoryPlan p = engine.plan();
+        const int64_t planned = p.params_device - p.params_gathered + p.params_host + p.grads_device - p.grads_staging + p.grads_host +
+                                p.optim_device + p.optim_host - module_bytes;
+        const std::string what = "stage " + std::to_string(stage) + (offload ? " offload " : " ") + c10::toString(pd) + "/" + c10::toString(gd);
+        EXPECT_NEAR(static_cast<double>(grown), static_cast<double>(planned), 0.01 * static_cast<double>(planned) + 262144.0) << what;
+        if (std::getenv("ZLM_TEST_VERBOSE")) std::fprintf(stderr, "%s: allocator %ld, plan %ld\n", what.c_str(), (long)grown, (long)planned);
+      }
+}
+
 // ---- two processes ----------------------------------------------------------
 
 std::string self_exe() { return fs::read_symlink("/proc/self/exe").string(); }
@@ -277,6 +312,50 @@ TEST(ZeroEngine, StagesOnTwoRanksAreBitIdentical) {
   expect_close(s1, train_reference(4), 1e-6, "stage 1 on 2 ranks vs LibTorch AdamW");
 }
 
+// Bytes per parameter on each rank, by the ZeRO paper's accounting (Rajbhandari
+// et al. 2020, mixed precision: 2 bytes of 16-bit parameters, 2 of gradients,
+// 12 of fp32 master weights and Adam moments; stage 1 shards the 12, stage 2
+// the gradients too, stage 3 everything; W ranks), on 2 ranks. zerolm's stage 1
+// keeps the reduced gradient shard beside the full gradient buffer: 2 / W more
+// than the paper. Offload moves the 12 / W to the host, and at stages 2, 3 the
+// reduced gradient shard (on a GPU, stages 0 and 1 add a host copy of the
+// reduced shard, which a CPU run, whose buffers are host memory already,
+// does not need). With fp32 gradients (Megatron's --bf16) every gradient
+// figure doubles.
+TEST(ZeroEngine, BytesPerParameterFollowTheZeroPaper) {
+  const TempDir dir("memory");
+  ASSERT_TRUE(run_ranks("memory", 2, dir));
+  std::ifstream in(dir.path / "plan.0");
+  const double W = 2;
+  struct Want {
+    double params_device, params_host, grads_device, grads_host, optim_device, optim_host;
+  };
+  int rows = 0;
+  for (std::string name; in >> name;) {
+    int stage = 0, offload = 0, grad_bytes = 0;
+    double P = 0, got[6];
+    in >> stage >> offload >> grad_bytes >> P;
+    for (double& g : got) in >> g;
+    const double g = grad_bytes, shard = 1 / W;
+    Want w{};
+    w.params_device = stage == 3 ? 2 * shard : 2;
+    w.optim_device = offload ? 0 : (stage == 0 ? 12 : 12 * shard);
+    w.optim_host = offload ? (stage == 0 ? 12 : 12 * shard) : 0;
+    if (stage <= 1) {
+      w.grads_device = g + (stage == 1 ? g * shard : 0);
+      w.grads_host = 0;
+    } else {
+      w.grads_device = offload ? 0 : g * shard;
+      w.grads_host = offload ? g * shard : 0;
+    }
+    const double want[6] = {w.params_device, w.params_host, w.grads_device, w.grads_host, w.optim_device, w.optim_host};
+    const char* kinds[6] = {"parameters (device)", "parameters (host)", "gradients (device)", "gradients (host)", "optimizer (device)", "optimizer (host)"};
+    for (int i = 0; i < 6; ++i) EXPECT_DOUBLE_EQ(got[i] / P, want[i]) << name << ": " << kinds[i];
+    ++rows;
+  }
+  EXPECT_EQ(rows, 16);
+}
+
 // ---- the ranks --------------------------------------------------------------
 
 void expect_all(bool cond, const char* what) {
@@ -326,6 +405,22 @@ void worker_stages(Comm& c, const fs::path& dir) {
   }
 }
 
+// Per configuration: name, stage, offload, gradient bytes, padded parameters
+// and the plan's resident bytes by kind (transient buffers left out).
+void worker_memory(Comm& c, const fs::path& dir) {
+  std::ofstream out(dir / ("plan." + std::to_string(c.rank())));
+  for (int stage = 0; stage <= 3; ++stage)
+    for (bool offload : {false, true})
+      for (auto gd : {torch::kBFloat16, torch::kFloat}) {
+        Gpt2 model(tiny());
+        ZeroEngine engine(model, c, zero_config(stage, offload, torch::kBFloat16, gd), torch::Device(torch::kCPU));
+        const MemoryPlan p = engine.plan();
+        out << "stage" << stage << (offload ? "_offload_" : "_") << c10::toString(gd) << " " << stage << " " << offload << " "
+            << c10::elementSize(gd) << " " << engine.padded_numel() << " " << p.params_device - p.params_gathered << " " << p.params_host << " "
+            << p.grads_device - p.grads_staging << " " << p.grads_host << " " << p.optim_device << " " << p.optim_host << "\n";
+      }
+}
+
 int worker_main(const std::string& worker) {
   try {
     const fs::path dir = std::getenv("ZLM_TEST_DIR");
@@ -333,6 +428,7 @@ int worker_main(const std::string& worker) {
     auto comm = make_comm(env, "gloo", -1, std::chrono::seconds(60));
     if (worker == "collectives") worker_collectives(*comm, dir);
     else if (worker == "stages") worker_stages(*comm, dir);
+    else if (worker == "memory") worker_memory(*comm, dir);
     else throw Error(ErrorKind::Usage, "unknown worker %s", worker.c_str());
     comm->shutdown();
     return 0;
