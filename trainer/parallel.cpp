@@ -179,6 +179,12 @@ struct ReduceScatterToSp : torch::autograd::Function<ReduceScatterToSp> {
   static tensor_list backward(AutogradContext* ctx, tensor_list g) { return {all_gather_seq(g[0], comm_of(ctx)), torch::Tensor()}; }
 };
 
+// f(first row, rows) over [0, n) in chunks of `chunk` rows.
+template <typename Fn>
+void for_chunks(int64_t n, int64_t chunk, Fn&& f) {
+  for (int64_t a = 0; a < n; a += chunk) f(a, std::min(chunk, n - a));
+}
+
 // Megatron's vocab-parallel cross-entropy, in chunks of rows (see parallel.h).
 // Saved for backward: the logits (as they are), the targets and each row's
 // log-sum-exp in fp32.
@@ -190,18 +196,14 @@ struct VocabParallelCE : torch::autograd::Function<VocabParallelCE> {
     auto out_of_range = (target < lo).logical_or(target >= lo + V);
     auto local = (target - lo).masked_fill(out_of_range, 0);
     auto mx = torch::empty({N}, f32);
-    for (int64_t a = 0; a < N; a += chunk) {
-      const int64_t n = std::min(chunk, N - a);
-      mx.narrow(0, a, n).copy_(std::get<0>(logits.narrow(0, a, n).max(-1)));
-    }
+    for_chunks(N, chunk, [&](int64_t a, int64_t n) { mx.narrow(0, a, n).copy_(std::get<0>(logits.narrow(0, a, n).max(-1))); });
     if (c) c->all_reduce_max(mx);
     // [target logit - max | sum of exp(logit - max)] per row, one all-reduce.
     auto pred_sum = torch::empty({2, N}, f32);
     pred_sum[0].copy_((logits.gather(-1, local.unsqueeze(-1)).squeeze(-1).to(torch::kFloat) - mx).masked_fill(out_of_range, 0));
-    for (int64_t a = 0; a < N; a += chunk) {
-      const int64_t n = std::min(chunk, N - a);
+    for_chunks(N, chunk, [&](int64_t a, int64_t n) {
       pred_sum[1].narrow(0, a, n).copy_((logits.narrow(0, a, n).to(torch::kFloat) - mx.narrow(0, a, n).unsqueeze(-1)).exp_().sum(-1));
-    }
+    });
     if (c) c->all_reduce_sum(pred_sum);
     auto log_sum = pred_sum[1].log();
     ctx->save_for_backward({logits, local, out_of_range, mx + log_sum});
@@ -213,12 +215,11 @@ struct VocabParallelCE : torch::autograd::Function<VocabParallelCE> {
     const torch::Tensor &logits = saved[0], &local = saved[1], &outside = saved[2], &lse = saved[3];
     const int64_t N = logits.size(0), chunk = ctx->saved_data["chunk"].toInt();
     auto grad = torch::empty_like(logits);
-    for (int64_t a = 0; a < N; a += chunk) {
-      const int64_t n = std::min(chunk, N - a);
+    for_chunks(N, chunk, [&](int64_t a, int64_t n) {
       auto p = (logits.narrow(0, a, n).to(torch::kFloat) - lse.narrow(0, a, n).unsqueeze(-1)).exp_();  // softmax, this rank's columns
       p.scatter_add_(-1, local.narrow(0, a, n).unsqueeze(-1), (outside.narrow(0, a, n).to(torch::kFloat) - 1).unsqueeze(-1));
       grad.narrow(0, a, n).copy_(p.mul_(g[0].narrow(0, a, n).unsqueeze(-1)));
-    }
+    });
     return {grad, torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };

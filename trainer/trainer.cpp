@@ -216,8 +216,7 @@ Placement place(const TrainArgs& a, const DistEnv& env) {
   // with --accumulate-allreduce-grads-in-fp32, otherwise in fp16; DeepSpeed in
   // its communication_data_type, by default the parameters' dtype.
   const std::string& want = a.grad_reduce_dtype;
-  if (!p.half()) p.grad_dtype = torch::kFloat;
-  else if (want == "fp32" || (want.empty() && p.bf16 && !a.deepspeed)) p.grad_dtype = torch::kFloat;
+  if (!p.half() || want == "fp32" || (want.empty() && p.bf16 && !a.deepspeed)) p.grad_dtype = torch::kFloat;
   else if (want.empty() || want == (p.fp16 ? "fp16" : "bf16")) p.grad_dtype = p.param_dtype();
   else throw Error(ErrorKind::Usage, "gradients in %s with %s parameters: zerolm reduces in fp32 or in the parameters' dtype", want.c_str(),
                    p.fp16 ? "fp16" : "bf16");
@@ -328,8 +327,8 @@ Trainer::Trainer(const TrainArgs& args, const DistEnv& env) : a_(args), env_(env
   // Ranks meet before anything else, so that different settings are refused before they can deadlock.
   world_ = make_comm(env, pl_.backend, pl_.cuda ? pl_.gpu : -1,
                      std::chrono::milliseconds(static_cast<int64_t>(a_.distributed_timeout_minutes * 60000)));
-  check_same_settings(*world_, run_fingerprint(a_, padded_vocab_, strprintf("%s(gradients:%s)", pl_.fp16 ? "fp16" : pl_.bf16 ? "bf16" : "fp32",
-                                                                             c10::toString(pl_.grad_dtype))));
+  check_same_settings(*world_, run_fingerprint(a_, padded_vocab_,
+                                                 strprintf("%s(gradients:%s)", c10::toString(pl_.param_dtype()), c10::toString(pl_.grad_dtype))));
   grid_ = std::make_unique<ProcessGrid>(*world_, static_cast<int>(a_.tensor_model_parallel_size),
                                         static_cast<int>(a_.pipeline_model_parallel_size));
   if (env.world_size > 1) {

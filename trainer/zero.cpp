@@ -211,9 +211,6 @@ struct ZeroEngine::Impl {
     model->head_fn = nullptr;
   }
 
-  // ---- hooked buckets, launched in one fixed order on every rank: on every
-  // micro-batch at stage 2, on the last one at stages 0 and 1 (the gradients
-  // accumulate in the full buffers until then).
   // A parameter's new 16-bit gradient into its bucket's fp32 buffer, on every
   // micro-batch (the slots of a bucket are disjoint: no lock needed).
   void add_to_main_grad(Bucket& k, Slot& s) {
@@ -223,6 +220,10 @@ struct ZeroEngine::Impl {
     k.flat_grad.narrow(0, s.offset, s.numel).add_(g.reshape({-1}));
     s.param.mutable_grad().reset();
   }
+
+  // ---- hooked buckets, launched in one fixed order on every rank: on every
+  // micro-batch at stage 2, on the last one at stages 0 and 1 (the gradients
+  // accumulate in the full buffers until then).
   bool reduce_this_micro_batch() const { return cfg.stage >= 2 || (cfg.overlap && micro_done + 1 >= micro_total); }
   void param_ready(size_t b) {
     std::lock_guard<std::mutex> lock(mu);
