@@ -11,6 +11,8 @@
 #endif
 
 #include <algorithm>
+#include <cstdlib>
+#include <string>
 
 #include "common/core/error.h"
 #include "common/core/log.h"
@@ -44,11 +46,9 @@ class LocalComm final : public Comm {
     return std::make_unique<DonePending>();
   }
   std::unique_ptr<Pending> all_reduce_async(at::Tensor&) override { return std::make_unique<DonePending>(); }
-  std::unique_ptr<Pending> send_async(at::Tensor&, int, int) override {
-    throw Error(ErrorKind::Internal, "send to another rank in a one-rank group");
-  }
-  std::unique_ptr<Pending> recv_async(at::Tensor&, int, int) override {
-    throw Error(ErrorKind::Internal, "receive from another rank in a one-rank group");
+  std::unique_ptr<Pending> p2p(const std::vector<P2p>& ops) override {
+    if (!ops.empty()) throw Error(ErrorKind::Internal, "point-to-point message to another rank in a one-rank group");
+    return std::make_unique<DonePending>();
   }
   void barrier() override {}
   std::unique_ptr<Comm> new_group(const std::string&, const std::vector<int>&) override { return std::make_unique<LocalComm>(); }
@@ -61,6 +61,10 @@ class C10dComm final : public Comm {
  public:
   C10dComm(const DistEnv& env, const std::string& backend, int gpu, std::chrono::milliseconds timeout)
       : name_(backend), timeout_(timeout), gpu_(gpu), loopback_(env.world_size == env.local_world_size) {
+    const char* rv = std::getenv("ZLM_P2P_RENDEZVOUS");
+    rendezvous_ = rv && std::string(rv) == "1" && backend == "gloo";
+    if (rendezvous_ && rank_ == 0)
+      ZLM_LOG_INF(" > ZLM_P2P_RENDEZVOUS=1: point-to-point messages follow NCCL's rules (tags ignored, a send waits for its receive)");
     rank_ = env.rank;
     world_ = env.world_size;
     c10d::TCPStoreOptions opts;
@@ -82,7 +86,7 @@ class C10dComm final : public Comm {
   }
   // A sub-group: its own namespace of the run's store, its own backend instance.
   C10dComm(const C10dComm& parent, const std::string& group, int rank, int world)
-      : name_(parent.name_), timeout_(parent.timeout_), gpu_(parent.gpu_), loopback_(parent.loopback_) {
+      : name_(parent.name_), timeout_(parent.timeout_), gpu_(parent.gpu_), loopback_(parent.loopback_), rendezvous_(parent.rendezvous_) {
     rank_ = rank;
     world_ = world;
     store_ = c10::make_intrusive<c10d::PrefixStore>("group/" + group, parent.store_);
@@ -139,13 +143,17 @@ class C10dComm final : public Comm {
     at::Tensor in = shard;
     return std::make_unique<Op>(this, "all_gather", pg_->_allgather_base(full, in));
   }
-  std::unique_ptr<Pending> send_async(at::Tensor& t, int dst, int tag) override {
-    std::vector<at::Tensor> v{t};
-    return std::make_unique<Op>(this, "send", pg_->send(v, dst, tag));
-  }
-  std::unique_ptr<Pending> recv_async(at::Tensor& t, int src, int tag) override {
-    std::vector<at::Tensor> v{t};
-    return std::make_unique<Op>(this, "recv", pg_->recv(v, src, tag));
+  std::unique_ptr<Pending> p2p(const std::vector<P2p>& ops) override {
+    if (ops.empty()) return std::make_unique<DonePending>();
+    if (name_ == "nccl") {  // one group: its sends and receives progress together
+      pg_->startCoalescing();
+      for (const auto& op : ops) post(op, op.tag);
+      return std::make_unique<Op>(this, "send/recv", pg_->endCoalescing());
+    }
+    if (rendezvous_) return p2p_rendezvous(ops);
+    auto all = std::make_unique<Ops>();
+    for (const auto& op : ops) all->ops.emplace_back(this, op.kind == P2p::kSend ? "send" : "recv", post(op, op.tag));
+    return all;
   }
   std::unique_ptr<Comm> new_group(const std::string& group, const std::vector<int>& ranks) override {
     auto me = std::find(ranks.begin(), ranks.end(), rank_);
@@ -188,6 +196,44 @@ class C10dComm final : public Comm {
     const char* name_;
     c10::intrusive_ptr<c10d::Work> work_;
   };
+  struct Ops final : public Pending {
+    std::vector<Op> ops;
+    void wait() override {
+      for (auto& op : ops) op.wait();
+    }
+  };
+  c10::intrusive_ptr<c10d::Work> post(const P2p& op, int tag) {
+    std::vector<at::Tensor> v{op.t};
+    return op.kind == P2p::kSend ? pg_->send(v, op.peer, tag) : pg_->recv(v, op.peer, tag);
+  }
+  // NCCL's rules on Gloo (ZLM_P2P_RENDEZVOUS): every message under one tag, so
+  // that only the posting order matches them, and each receive acknowledged
+  // once the batch's receives are in; the batch returns when its sends are
+  // acknowledged. A send whose receive is not in the peer's concurrent batch
+  // therefore waits, as on NCCL, and a schedule that relies on more hangs
+  // until --distributed-timeout-minutes.
+  std::unique_ptr<Pending> p2p_rendezvous(const std::vector<P2p>& ops) {
+    constexpr int kData = 0, kAck = 1;
+    std::vector<Op> data, acks;  // (a Gloo operation is waited for once: a second wait waits for another message)
+    std::vector<at::Tensor> ack_in, ack_out;
+    for (const auto& op : ops) {
+      data.emplace_back(this, op.kind == P2p::kSend ? "send" : "recv", post(op, kData));
+      if (op.kind == P2p::kSend) {
+        ack_in.push_back(at::empty({1}, op.t.options()));
+        acks.emplace_back(this, "recv (acknowledgement)", post({P2p::kRecv, ack_in.back(), op.peer, 0}, kAck));
+      }
+    }
+    for (size_t i = 0; i < ops.size(); ++i)
+      if (ops[i].kind == P2p::kRecv) {
+        data[i].wait();
+        ack_out.push_back(at::zeros({1}, ops[i].t.options()));
+        acks.emplace_back(this, "send (acknowledgement)", post({P2p::kSend, ack_out.back(), ops[i].peer, 0}, kAck));
+      }
+    for (size_t i = 0; i < ops.size(); ++i)
+      if (ops[i].kind == P2p::kSend) data[i].wait();
+    for (auto& op : acks) op.wait();
+    return std::make_unique<DonePending>();
+  }
 
   void wait(const char* op, const c10::intrusive_ptr<c10d::Work>& work) {
     try {
@@ -208,6 +254,7 @@ class C10dComm final : public Comm {
   std::chrono::milliseconds timeout_;
   int gpu_ = -1;
   bool loopback_ = true;
+  bool rendezvous_ = false;  // ZLM_P2P_RENDEZVOUS (Gloo only)
   c10::intrusive_ptr<c10d::Store> store_;
   c10::intrusive_ptr<c10d::Backend> pg_;
 };

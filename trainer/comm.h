@@ -14,7 +14,7 @@
 //   comm->reduce_scatter_sum(shard, full);  // full = world * shard elements; rank r gets the sum of chunk r
 //   comm->all_gather(full, shard);          // chunk r of full = shard of rank r
 //   auto tp = comm->new_group("tp0", {0, 1}); // a communicator over some ranks (members only call it)
-//   tp->send_async(t, 1, /*tag=*/0);        // point to point, by rank within the group
+//   tp->p2p({{Comm::P2p::kSend, t, 1, /*tag=*/0}})->wait();  // point to point, by rank within the group
 #pragma once
 
 #include <ATen/ATen.h>
@@ -50,11 +50,22 @@ class Comm {
   // reduce_scatter_sum and all_reduce_sum started in the background, likewise.
   virtual std::unique_ptr<Pending> reduce_scatter_async(at::Tensor& shard, const at::Tensor& full) = 0;
   virtual std::unique_ptr<Pending> all_reduce_async(at::Tensor& t) = 0;
-  // Point to point: a message to / from one rank of this communicator. Messages
-  // between two ranks with the same tag arrive in the order they were sent; `t`
-  // must stay alive (and unchanged, for a send) until wait().
-  virtual std::unique_ptr<Pending> send_async(at::Tensor& t, int dst, int tag) = 0;
-  virtual std::unique_ptr<Pending> recv_async(at::Tensor& t, int src, int tag) = 0;
+  // Point to point: a batch of messages to / from ranks of this communicator
+  // that progress together (NCCL: one coalesced group, as PyTorch's
+  // batch_isend_irecv; Gloo: each on its own). Tensors must stay alive (and
+  // unchanged, for a send) until wait(). Messages between two ranks are matched
+  // in the order they were posted; Gloo also matches by tag, NCCL ignores tags
+  // and a send completes only once its receive is posted, so callers post the
+  // messages between two ranks in one order on both sides and a batch's
+  // receives in the batch the sender's batch meets. ZLM_P2P_RENDEZVOUS=1 gives
+  // Gloo NCCL's rules (tags ignored, a batch waits until its sends are
+  // received), so CPU tests prove that a schedule is deadlock-free under NCCL.
+  struct P2p {
+    enum Kind { kSend, kRecv } kind;
+    at::Tensor t;
+    int peer, tag;
+  };
+  virtual std::unique_ptr<Pending> p2p(const std::vector<P2p>& ops) = 0;
   virtual void barrier() = 0;
   // A communicator over `ranks` (ranks of this one, in the new group's rank
   // order). Collective over the members only: each calls it with the same name

@@ -116,6 +116,8 @@ class Gpt2Impl : public torch::nn::Module {
   // activation, or on the last chunk of the last stage the mean loss on `labels`.
   torch::Tensor forward_chunk(size_t v, const torch::Tensor& input, const torch::Tensor& labels);
   size_t num_chunks() const { return chunk_blocks_.size(); }
+  // The local blocks of chunk v (consecutive indices, in model order).
+  const std::vector<size_t>& chunk_blocks(size_t v) const { return chunk_blocks_.at(v); }
   // The activation a chunk passes on: (B, T or T/TP with sequence parallelism, C).
   std::vector<int64_t> activation_shape(int64_t batch, int64_t seq) const;
 

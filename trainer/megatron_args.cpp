@@ -328,14 +328,7 @@ void check_parallel_layout(const TrainArgs& a, int world) {
     if ((L / pp) / n > 1 && micro % pp != 0)
       throw Error(ErrorKind::Usage, "the interleaved schedule needs the %ld micro-batches per step (global batch / (micro batch x data "
                   "parallel)) to be a multiple of --pipeline-model-parallel-size %ld", (long)micro, (long)pp);
-    if ((L / pp) / n > 1 && a.zero_stage >= 2)
-      throw Error(ErrorKind::Usage, "--zero-stage %ld with the interleaved pipeline schedule: ZeRO-2/3 reduce per micro-batch, which "
-                  "interleaved chunks do not have; use --zero-stage 0 or 1 (Megatron's distributed optimizer)", (long)a.zero_stage);
   }
-  if (pp > 1 && a.zero_stage == 3)
-    throw Error(ErrorKind::Usage, "--zero-stage 3 with --pipeline-model-parallel-size %ld: stage 3 gathers parameters around each layer, "
-                "which pipeline stages do not share (DeepSpeed's pipeline engine refuses ZeRO-2/3 likewise); use --zero-stage 0-2",
-                (long)pp);
 }
 
 int64_t TrainArgs::warmup_iters() const {

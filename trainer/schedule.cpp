@@ -31,74 +31,125 @@ int64_t PipelineSchedule::max_in_flight(int64_t micro) const {
   return std::min(warmup(micro) + 1, micro * static_cast<int64_t>(chunks_));
 }
 
-torch::Tensor PipelineSchedule::run_forward(int64_t k, const StageFns& fns, bool grad) {
+torch::Tensor PipelineSchedule::forward_step(int64_t k, const torch::Tensor& input, const StageFns& fns, bool grad) {
   const size_t v = forward_chunk(k);
   const int64_t m = forwards_[v]++;
-  torch::Tensor in;
-  if (!first(v)) {  // from the previous stage (the first stage's chunk v: the last stage's chunk v - 1)
-    in = torch::empty(shape_, options_);
-    pp_.recv_async(in, (stage_ + stages_ - 1) % stages_, kForwardTag)->wait();
-    if (grad) in.requires_grad_(true);
-  }
-  torch::Tensor out = fns.forward(v, m, in);
+  if (takes_input(k) && !input.defined()) throw Error(ErrorKind::Internal, "pipeline schedule: forward step %ld has no input", (long)k);
+  if (grad && input.defined()) input.requires_grad_(true);
+  torch::Tensor out = fns.forward(v, m, input);
+  if (grad) held_[v].push_back({input, out});
   if (last(v)) {
     loss_ += out.detach().to(torch::kDouble);
-  } else {
-    sent_.push_back(out.detach().contiguous());
-    sends_.push_back(pp_.send_async(sent_.back(), (stage_ + 1) % stages_, kForwardTag));
+    return {};
   }
-  if (grad) held_[v].push_back({in, out});
-  return out;
+  return out.detach().contiguous();
 }
 
-void PipelineSchedule::run_backward(int64_t k, const StageFns& fns) {
+torch::Tensor PipelineSchedule::backward_step(int64_t k, const torch::Tensor& grad, const StageFns& fns) {
   const size_t v = backward_chunk(k);
   if (held_[v].empty()) throw Error(ErrorKind::Internal, "pipeline schedule: backward of chunk %zu before its forward", v);
+  if (takes_grad(k) && !grad.defined()) throw Error(ErrorKind::Internal, "pipeline schedule: backward step %ld has no gradient", (long)k);
   Held h = std::move(held_[v].front());
   held_[v].pop_front();
-  ++backwards_[v];
-  torch::Tensor g;
-  if (!last(v)) {
-    g = torch::empty(shape_, options_);
-    pp_.recv_async(g, (stage_ + 1) % stages_, kBackwardTag)->wait();
-  }
-  fns.backward(h.out, g);
+  fns.backward(h.out, grad);
   h.out.reset();
-  if (chunks_ == 1 && fns.after_backward) fns.after_backward();
-  if (!first(v)) {
-    if (!h.in.grad().defined()) throw Error(ErrorKind::Internal, "pipeline schedule: no gradient for a stage's input");
-    sent_.push_back(h.in.grad().contiguous());
-    sends_.push_back(pp_.send_async(sent_.back(), (stage_ + stages_ - 1) % stages_, kBackwardTag));
+  if (fns.after_backward) fns.after_backward(v);
+  if (first(v)) return {};
+  if (!h.in.grad().defined()) throw Error(ErrorKind::Internal, "pipeline schedule: no gradient for a stage's input");
+  return h.in.grad().contiguous();
+}
+
+// The batch's order is the same on every stage: the forward message (send to
+// the next stage, receive from the previous), then the backward one (send to
+// the previous, receive from the next). With two stages, where the previous is
+// the next, the two ranks thus post their messages to each other in one order.
+PipelineSchedule::Received PipelineSchedule::exchange(const torch::Tensor& send_forward, bool recv_forward, const torch::Tensor& send_backward,
+                                                      bool recv_backward) {
+  const int next = (stage_ + 1) % stages_, prev = (stage_ + stages_ - 1) % stages_;
+  Received r;
+  std::vector<Comm::P2p> ops;
+  if (send_forward.defined()) ops.push_back({Comm::P2p::kSend, send_forward, next, kForwardTag});
+  if (recv_forward) {
+    r.input = torch::empty(shape_, options_);
+    ops.push_back({Comm::P2p::kRecv, r.input, prev, kForwardTag});
+  }
+  if (send_backward.defined()) ops.push_back({Comm::P2p::kSend, send_backward, prev, kBackwardTag});
+  if (recv_backward) {
+    r.grad = torch::empty(shape_, options_);
+    ops.push_back({Comm::P2p::kRecv, r.grad, next, kBackwardTag});
+  }
+  if (!ops.empty()) pp_.p2p(ops)->wait();
+  return r;
+}
+
+void PipelineSchedule::reset(int64_t micro) {
+  total_ = micro * static_cast<int64_t>(chunks_);
+  forwards_.assign(chunks_, 0);
+  held_.assign(chunks_, {});
+  loss_ = torch::zeros({}, torch::TensorOptions().dtype(torch::kDouble).device(options_.device()));
+}
+
+// Megatron's forward_backward_pipelining_without_interleaving.
+void PipelineSchedule::train_1f1b(int64_t micro, const StageFns& fns) {
+  const int64_t w = warmup(micro), steady = micro - w;
+  for (int64_t k = 0; k < w; ++k) {
+    const torch::Tensor input = exchange({}, takes_input(k), {}, false).input;
+    exchange(forward_step(k, input, fns, true), false, {}, false);
+  }
+  torch::Tensor input = steady > 0 ? exchange({}, takes_input(w), {}, false).input : torch::Tensor();
+  for (int64_t k = 0; k < steady; ++k) {
+    const torch::Tensor grad = exchange(forward_step(w + k, input, fns, true), false, {}, takes_grad(k)).grad;
+    const torch::Tensor input_grad = backward_step(k, grad, fns);
+    input = exchange({}, k + 1 < steady && takes_input(w + k + 1), input_grad, false).input;
+  }
+  for (int64_t k = steady; k < micro; ++k) {
+    const torch::Tensor grad = exchange({}, false, {}, takes_grad(k)).grad;
+    exchange({}, false, backward_step(k, grad, fns), false);
+  }
+}
+
+// Megatron's forward_backward_pipelining_with_interleaving: the warm-up's
+// last step also receives the first backward step's gradient; each steady
+// step runs a forward and a backward, then one batch sends both results and
+// receives the next step's input and gradient.
+void PipelineSchedule::train_interleaved(int64_t micro, const StageFns& fns) {
+  const int64_t total = total_, w = warmup(micro), steady = total - w;
+  torch::Tensor input = takes_input(0) ? exchange({}, true, {}, false).input : torch::Tensor(), grad;
+  for (int64_t k = 0; k < w; ++k) {
+    const torch::Tensor out = forward_step(k, input, fns, true);
+    const bool recv_grad = k + 1 == w && steady > 0 && takes_grad(0);
+    Received r = exchange(out, k + 1 < total && takes_input(k + 1), {}, recv_grad);
+    input = r.input;
+    grad = r.grad;
+  }
+  for (int64_t k = 0; k < steady; ++k) {
+    const int64_t f = w + k;
+    const torch::Tensor out = forward_step(f, input, fns, true);
+    const torch::Tensor input_grad = backward_step(k, grad, fns);
+    Received r = exchange(out, f + 1 < total && takes_input(f + 1), input_grad, k + 1 < total && takes_grad(k + 1));
+    input = r.input;
+    grad = r.grad;
+  }
+  if (steady == 0) grad = exchange({}, false, {}, takes_grad(0)).grad;  // all forward steps were warm-up
+  for (int64_t k = steady; k < total; ++k) {
+    const torch::Tensor input_grad = backward_step(k, grad, fns);
+    grad = exchange({}, false, input_grad, k + 1 < total && takes_grad(k + 1)).grad;
   }
 }
 
 torch::Tensor PipelineSchedule::train(int64_t micro, const StageFns& fns) {
-  forwards_.assign(chunks_, 0);
-  backwards_.assign(chunks_, 0);
-  held_.assign(chunks_, {});
-  loss_ = torch::zeros({}, torch::TensorOptions().dtype(torch::kDouble).device(options_.device()));
-  const int64_t total = micro * static_cast<int64_t>(chunks_), w = warmup(micro);
-  for (int64_t k = 0; k < w; ++k) run_forward(k, fns, true);
-  for (int64_t k = 0; k < total - w; ++k) {  // steady state: one forward, one backward
-    run_forward(w + k, fns, true);
-    run_backward(k, fns);
-  }
-  for (int64_t k = total - w; k < total; ++k) run_backward(k, fns);
-  for (auto& s : sends_) s->wait();
-  sends_.clear();
-  sent_.clear();
+  reset(micro);
+  if (chunks_ == 1) train_1f1b(micro, fns);
+  else train_interleaved(micro, fns);
   return loss_;
 }
 
+// Forward steps only: each sends its activation in the batch that receives the next step's input.
 torch::Tensor PipelineSchedule::evaluate(int64_t micro, const StageFns& fns) {
   torch::NoGradGuard no_grad;
-  forwards_.assign(chunks_, 0);
-  held_.assign(chunks_, {});
-  loss_ = torch::zeros({}, torch::TensorOptions().dtype(torch::kDouble).device(options_.device()));
-  for (int64_t k = 0; k < micro * static_cast<int64_t>(chunks_); ++k) run_forward(k, fns, false);
-  for (auto& s : sends_) s->wait();
-  sends_.clear();
-  sent_.clear();
+  reset(micro);
+  torch::Tensor input = takes_input(0) ? exchange({}, true, {}, false).input : torch::Tensor();
+  for (int64_t k = 0; k < total_; ++k) input = exchange(forward_step(k, input, fns, false), k + 1 < total_ && takes_input(k + 1), {}, false).input;
   return loss_;
 }
 

@@ -9,16 +9,20 @@
 //                       (k mod stages*V) div stages, backward step k the mirror
 //                       chunk; warm-up 2 (stages - stage - 1) + (V - 1) stages.
 // Activations go to the next stage (the last stage's chunk v to the first
-// stage's chunk v + 1) and their gradients back, as point-to-point messages on
-// the pipeline group: sends are asynchronous, receives wait, so no stage waits
-// for one that waits for it. Each message kind has its tag (forward, backward).
+// stage's chunk v + 1) and their gradients back. Each step's messages with the
+// neighbouring stages go as one batch that every pair of neighbours posts at
+// the same point, Megatron's p2p_communication: with one chunk,
+// send_forward_recv_backward after a forward and send_backward_recv_forward
+// after a backward; interleaved, one send_forward_backward_recv_forward_backward
+// per steady step. That is what NCCL needs (a send waits for its receive; tags
+// are ignored): between two stages the forward message goes before the backward
+// one in every batch. Batches are waited for at once, as Megatron does.
 #pragma once
 
 #include <torch/torch.h>
 
 #include <deque>
 #include <functional>
-#include <memory>
 #include <vector>
 
 #include "trainer/comm.h"
@@ -32,8 +36,9 @@ struct StageFns {
   std::function<torch::Tensor(size_t v, int64_t m, const torch::Tensor& input)> forward;
   // Backpropagates `out` with gradient `grad` (undefined: `out` is the loss, to be scaled).
   std::function<void(const torch::Tensor& out, const torch::Tensor& grad)> backward;
-  // After each backward pass of a whole micro-batch through the stage (ZeRO-2 hooks).
-  std::function<void()> after_backward;
+  // After each backward pass of a micro-batch through chunk v (ZeRO-2 reduces
+  // what that pass produced).
+  std::function<void(size_t v)> after_backward;
 };
 
 class PipelineSchedule {
@@ -53,11 +58,24 @@ class PipelineSchedule {
   struct Held {
     torch::Tensor in, out;
   };
+  struct Received {
+    torch::Tensor input, grad;  // the next forward step's input, the next backward step's output gradient
+  };
   int64_t warmup(int64_t micro) const;
   size_t forward_chunk(int64_t k) const;
   size_t backward_chunk(int64_t k) const;
-  torch::Tensor run_forward(int64_t k, const StageFns& fns, bool grad);
-  void run_backward(int64_t k, const StageFns& fns);
+  // Whether forward step k receives its input, backward step k its output's gradient.
+  bool takes_input(int64_t k) const { return !first(forward_chunk(k)); }
+  bool takes_grad(int64_t k) const { return !last(backward_chunk(k)); }
+  // Forward step k; returns the activation to send on (undefined on the last chunk of the last stage).
+  torch::Tensor forward_step(int64_t k, const torch::Tensor& input, const StageFns& fns, bool grad);
+  // Backward step k; returns the input's gradient to send back (undefined on the first chunk of the first stage).
+  torch::Tensor backward_step(int64_t k, const torch::Tensor& grad, const StageFns& fns);
+  // One batch with the neighbours: sends what is defined, receives what is asked for.
+  Received exchange(const torch::Tensor& send_forward, bool recv_forward, const torch::Tensor& send_backward, bool recv_backward);
+  void train_1f1b(int64_t micro, const StageFns& fns);
+  void train_interleaved(int64_t micro, const StageFns& fns);
+  void reset(int64_t micro);
   bool first(size_t v) const { return stage_ == 0 && v == 0; }
   bool last(size_t v) const { return stage_ == stages_ - 1 && v + 1 == chunks_; }
 
@@ -66,10 +84,9 @@ class PipelineSchedule {
   size_t chunks_;
   std::vector<int64_t> shape_;
   torch::TensorOptions options_;
-  std::vector<int64_t> forwards_, backwards_;  // per chunk: micro-batches done
+  int64_t total_ = 0;                          // forward (and backward) steps of this call
+  std::vector<int64_t> forwards_;              // per chunk: micro-batches done
   std::vector<std::deque<Held>> held_;         // per chunk: forward passes awaiting their backward
-  std::vector<std::unique_ptr<Comm::Pending>> sends_;
-  std::vector<torch::Tensor> sent_;            // alive until their sends complete
   torch::Tensor loss_;
 };
 

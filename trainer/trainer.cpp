@@ -488,7 +488,7 @@ StageFns Trainer::stage_fns(const SampleSource& src, int64_t consumed, double lo
     if (grad.defined()) torch::autograd::backward({out}, {grad});
     else (out * loss_grad_scale).backward();
   };
-  f.after_backward = [this] { engine_->after_backward(); };
+  f.after_backward = [this](size_t v) { engine_->after_backward(v); };
   return f;
 }
 

@@ -86,15 +86,25 @@ struct ZeroEngine::Impl {
   bool main_grad = false;
   double grad_mult = 1.0;  // 16-bit gradients: the factor reduce_grads recorded (see zero.h)
   std::vector<Bucket> buckets;            // [0] outer, [1 + l] block l
-  std::vector<size_t> hooked_order;       // launch order of hooked buckets (reverse model order)
-  size_t next_launch = 0;
+  // Per bucket: the virtual-pipeline chunk whose backward produces its
+  // gradients (the outer bucket and those of their own: the first chunk on the
+  // first stage, the last chunk elsewhere). Per chunk: the launch order of its
+  // hooked buckets (reverse model order), and how many are launched.
+  std::vector<size_t> chunk_of;
+  std::vector<std::vector<size_t>> launch_order;
+  std::vector<size_t> next_launch;
+  size_t wte_bucket = 0;  // the bucket holding wte.weight (its own with pipeline parallelism)
+  static constexpr size_t kNone = SIZE_MAX;
   int64_t micro_total = 1, micro_done = 0;  // micro-batches of this step, and those whose backward is done
   std::mutex mu;
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators;  // keep the hooked nodes alive
   double sum_counted(const std::function<torch::Tensor(const Bucket&)>& of, const std::function<torch::Tensor(const torch::Tensor&)>& f,
                      bool zero_padding_neutral);
-  torch::Tensor anchor;      // stage 3: a leaf that requires grad, so that the embedding's backward runs
-  torch::Tensor outer_grad;  // stage 3: the outer bucket's gradient, from the head's backward to the embedding's
+  torch::Tensor anchor;  // stage 3: a leaf that requires grad, so that the embedding's backward runs
+  // Stage 3, a part with the embeddings and the head: the gradients of the
+  // outer bucket and of wte's, from the head's backward to the embeddings'
+  // (wte_grad is undefined when wte is in the outer bucket).
+  torch::Tensor outer_grad, wte_grad;
 
   Impl(Gpt2& m, Comm& c, const ZeroConfig& z, const torch::Device& d)
       : model(m), comm(c), cfg(z), device(d), opt_device(z.offload_optimizer ? torch::Device(torch::kCPU) : d) {
@@ -180,13 +190,23 @@ struct ZeroEngine::Impl {
       k.exp_avg_sq = zeros_on(k.own_len, opt_device, pin);
     }
     // Reduce a bucket's gradients as soon as backward produced them all, in
-    // reverse model order: blocks L..1, the outer bucket, the buckets of their own.
-    for (size_t b = static_cast<size_t>(L + 1); b-- > 1;) hooked_order.push_back(b);
-    hooked_order.push_back(0);
-    for (size_t b = static_cast<size_t>(L + 1); b < buckets.size(); ++b) hooked_order.push_back(b);
-    std::erase_if(hooked_order, [&](size_t b) { return !buckets[b].hooked || buckets[b].slots.empty(); });
-    for (size_t b : hooked_order)
-      for (size_t i = 0; i < buckets[b].slots.size(); ++i) {
+    // reverse model order within each chunk: its blocks last to first, then
+    // the outer bucket and the buckets of their own where the chunk has them.
+    const size_t chunks = m->num_chunks();
+    chunk_of.assign(buckets.size(), m->part().pre ? 0 : chunks - 1);
+    for (size_t v = 0; v < chunks; ++v)
+      for (size_t l : m->chunk_blocks(v)) chunk_of[1 + l] = v;
+    launch_order.assign(chunks, {});
+    next_launch.assign(chunks, 0);
+    for (size_t b = static_cast<size_t>(L + 1); b-- > 1;) launch_order[chunk_of[b]].push_back(b);
+    launch_order[chunk_of[0]].push_back(0);
+    for (size_t b = static_cast<size_t>(L + 1); b < buckets.size(); ++b) launch_order[chunk_of[b]].push_back(b);
+    for (auto& order : launch_order) std::erase_if(order, [&](size_t b) { return !buckets[b].hooked || buckets[b].slots.empty(); });
+    for (size_t b = 0; b < buckets.size(); ++b)
+      for (const auto& s : buckets[b].slots)
+        if (s.name == "wte.weight") wte_bucket = b;
+    for (size_t b = 0; b < buckets.size(); ++b)
+      for (size_t i = 0; buckets[b].hooked && i < buckets[b].slots.size(); ++i) {
         auto acc = torch::autograd::impl::grad_accumulator(buckets[b].slots[i].param);
         acc->add_post_hook(std::make_unique<torch::autograd::utils::LambdaPostHook>(
             [this, b, i](const torch::autograd::variable_list& outputs, const torch::autograd::variable_list&) {
@@ -230,14 +250,14 @@ struct ZeroEngine::Impl {
     if (!reduce_this_micro_batch()) return;
     Bucket& k = buckets[b];
     if (++k.ready < k.slots.size()) return;
-    launch_ready();
+    launch_ready(chunk_of[b]);
   }
-  void launch_ready() {  // holds mu
-    while (next_launch < hooked_order.size()) {
-      Bucket& k = buckets[hooked_order[next_launch]];
+  void launch_ready(size_t v) {  // holds mu
+    const auto& order = launch_order[v];
+    for (size_t& next = next_launch[v]; next < order.size(); ++next) {
+      Bucket& k = buckets[order[next]];
       if (k.ready < k.slots.size()) return;
       reduce_hooked(k);
-      ++next_launch;
     }
   }
   void reduce_hooked(Bucket& k) {
@@ -298,14 +318,24 @@ struct ZeroEngine::Impl {
   // ---- stage 3: a bucket's parameters are gathered around each use. The next
   // bucket's gather is started (prefetched) before this one computes, so
   // communication overlaps computation; at most two buckets are gathered at
-  // once. Forward order: outer (embeddings), blocks 1..L, outer (head);
-  // backward: outer (head), blocks L..1, then the embeddings' backward, which
-  // needs no weights.
+  // once. Forward order within a chunk: the embeddings (outer and wte's
+  // bucket) on the first chunk of the first stage, its blocks, the head (wte's
+  // bucket and outer) on the last chunk of the last stage; backward: the head,
+  // the blocks last to first, then the embeddings' backward, which needs no
+  // weights. Nothing is prefetched across a chunk's end: with pipeline
+  // parallelism the schedule decides what runs next.
   struct InFlight {
     torch::Tensor full, src;
     std::unique_ptr<Comm::Pending> op;
   };
   std::map<size_t, InFlight> inflight;
+  // What to prefetch after the forward / before the backward of block bucket b (kNone: nothing).
+  size_t next_forward(size_t b) const {
+    const size_t v = chunk_of[b];
+    if (b - 1 != model->chunk_blocks(v).back()) return b + 1;
+    return v + 1 == model->num_chunks() && model->part().post ? wte_bucket : kNone;
+  }
+  size_t next_backward(size_t b) const { return b - 1 != model->chunk_blocks(chunk_of[b]).front() ? b - 1 : kNone; }
   InFlight start_gather(const Bucket& k) {
     InFlight f;
     f.full = torch::empty({k.padded}, torch::TensorOptions().dtype(cfg.param_dtype).device(device));
@@ -336,7 +366,28 @@ struct ZeroEngine::Impl {
   torch::Tensor view_of(const Bucket& k, const torch::Tensor& full, const std::string& name) const {
     for (const auto& s : k.slots)
       if (s.name == name) return full.narrow(0, s.offset, s.numel).view(s.shape);
-    throw Error(ErrorKind::Internal, "ZeRO-3: no parameter %s in the outer bucket", name.c_str());
+    throw Error(ErrorKind::Internal, "ZeRO-3: no parameter %s in its bucket", name.c_str());
+  }
+  // The embeddings' and the head's weights: wte's bucket and the outer one,
+  // gathered (one buffer when wte is in the outer bucket). Both gathers are
+  // under way before either is waited for.
+  std::pair<torch::Tensor, torch::Tensor> gathered_outer() {
+    prefetch(0);
+    prefetch(wte_bucket);
+    torch::Tensor wte = gathered(wte_bucket);
+    return {wte, wte_bucket == 0 ? wte : gathered(0)};
+  }
+  // Zeroed gradient buffers for them (wte's undefined when it is the outer bucket),
+  // and their reduce-scatter (wte's bucket first), which consumes outer_grad and wte_grad.
+  std::pair<torch::Tensor, torch::Tensor> outer_grads() const {
+    auto zeros = [&](const Bucket& k) { return zeros_on(k.padded, device, false, cfg.param_dtype); };
+    return {wte_bucket == 0 ? torch::Tensor() : zeros(buckets[wte_bucket]), zeros(buckets[0])};
+  }
+  void reduce_outer_grads() {
+    if (wte_bucket != 0) reduce_flat_into_shard(buckets[wte_bucket], wte_grad);
+    reduce_flat_into_shard(buckets[0], outer_grad);
+    wte_grad.reset();
+    outer_grad.reset();
   }
   void release(Bucket& k) {
     for (auto& s : k.slots) s.param.set_data(torch::empty({0}, s.param.options()));
@@ -360,7 +411,7 @@ struct GatheredBlockFn : public torch::autograd::Function<GatheredBlockFn> {
     save_for_recompute(ctx, x, impl->model->tp().rng);
     auto* block = impl->model->blocks[static_cast<size_t>(k.block)]->as<Gpt2BlockImpl>();
     impl->gather(static_cast<size_t>(bucket));
-    impl->prefetch((static_cast<size_t>(bucket) + 1) % impl->buckets.size());  // the next block's forward, or the head's
+    impl->prefetch(impl->next_forward(static_cast<size_t>(bucket)));  // the next block's forward, or the head's
     torch::Tensor y = block->forward(x);
     impl->release(k);
     return y;
@@ -371,7 +422,7 @@ struct GatheredBlockFn : public torch::autograd::Function<GatheredBlockFn> {
     Bucket& k = impl->buckets[b];
     auto* block = impl->model->blocks[static_cast<size_t>(k.block)]->as<Gpt2BlockImpl>();
     impl->gather(b);
-    if (b > 1) impl->prefetch(b - 1);  // the previous block's backward comes next (the embeddings' needs no weights)
+    impl->prefetch(impl->next_backward(b));  // the previous block's backward comes next (the embeddings' needs no weights)
     auto [x, y] = recompute(ctx, block);
     std::vector<torch::Tensor> inputs{x};
     for (auto& s : k.slots) inputs.push_back(s.param);
@@ -382,52 +433,55 @@ struct GatheredBlockFn : public torch::autograd::Function<GatheredBlockFn> {
   }
 };
 
-// The embeddings: forward gathers the outer bucket, looks the tokens and
-// positions up and drops it again. Backward needs no weights: the gradients of
-// a lookup are the output gradients added into the looked-up rows (the same
-// operations autograd runs for gpt2_embed). They complete the outer bucket's
-// gradient that the head's backward began, which is then reduce-scattered.
-// `anchor` (a leaf that requires grad) makes autograd run this backward.
+// The embeddings: forward gathers the outer bucket and wte's, looks the
+// tokens and positions up and drops them again. Backward needs no weights: the
+// gradients of a lookup are the output gradients added into the looked-up rows
+// (the same operations autograd runs for gpt2_embed). They complete the
+// gradients that the head's backward began when this part has the head too
+// (one stage), which are then reduce-scattered. `anchor` (a leaf that requires
+// grad) makes autograd run this backward.
 struct GatheredEmbedFn : public torch::autograd::Function<GatheredEmbedFn> {
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, torch::Tensor anchor, torch::Tensor idx, int64_t impl_ptr) {
     auto* impl = reinterpret_cast<ZeroEngine::Impl*>(impl_ptr);
-    Bucket& k = impl->buckets[0];
     ctx->saved_data["impl"] = impl_ptr;
     ctx->save_for_backward({idx});
-    torch::Tensor full = impl->gathered(0);
-    impl->prefetch(1);  // the first block's forward
-    return gpt2_embed(idx, impl->view_of(k, full, "wte.weight"), impl->view_of(k, full, "wpe.weight"), impl->model->tp());
+    auto [wte, outer] = impl->gathered_outer();
+    impl->prefetch(1 + impl->model->chunk_blocks(0).front());  // the first block's forward
+    return gpt2_embed(idx, impl->view_of(impl->buckets[impl->wte_bucket], wte, "wte.weight"), impl->view_of(impl->buckets[0], outer, "wpe.weight"),
+                      impl->model->tp());
   }
   static torch::autograd::tensor_list backward(torch::autograd::AutogradContext* ctx, torch::autograd::tensor_list grads) {
     auto* impl = reinterpret_cast<ZeroEngine::Impl*>(ctx->saved_data["impl"].toInt());
-    Bucket& k = impl->buckets[0];
     torch::NoGradGuard no_grad;
     torch::Tensor idx = ctx->get_saved_variables()[0], g = grads[0];
-    if (!impl->outer_grad.defined()) impl->outer_grad = zeros_on(k.padded, impl->device, false, impl->cfg.param_dtype);  // no head in this graph
-    torch::Tensor wte = impl->view_of(k, impl->outer_grad, "wte.weight"), wpe = impl->view_of(k, impl->outer_grad, "wpe.weight");
+    if (!impl->outer_grad.defined()) std::tie(impl->wte_grad, impl->outer_grad) = impl->outer_grads();  // no head in this graph
+    torch::Tensor wte = impl->view_of(impl->buckets[impl->wte_bucket], impl->wte_bucket == 0 ? impl->outer_grad : impl->wte_grad, "wte.weight");
+    torch::Tensor wpe = impl->view_of(impl->buckets[0], impl->outer_grad, "wpe.weight");
     gpt2_embed_backward(g, idx, wte, wpe, impl->model->tp());
-    impl->reduce_flat_into_shard(k, impl->outer_grad);
-    impl->outer_grad.reset();
+    impl->reduce_outer_grads();
     return {torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
 
-// The final LayerNorm and the tied output projection. Forward gathers the
-// outer bucket and, when a backward will follow, runs with autograd on views
-// of the gathered buffer and keeps that small graph (and so the buffer) until
-// the backward, which comes right after the loss; otherwise it drops the
-// buffer at once. Backward starts the outer bucket's gradient.
+// The final LayerNorm and the tied output projection. Forward gathers wte's
+// bucket and the outer one and, when a backward will follow, runs with autograd
+// on views of the gathered buffers and keeps that small graph (and so the
+// buffers) until the backward, which comes right after the loss (the last
+// stage runs its last chunk's forward and backward of a micro-batch
+// back to back); otherwise it drops the buffers at once. Backward starts the
+// gradients of both buckets, which the embeddings' backward completes when
+// this part has the embeddings too; else they are reduce-scattered here.
 struct GatheredHeadFn : public torch::autograd::Function<GatheredHeadFn> {
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, torch::Tensor x, int64_t impl_ptr, bool with_backward) {
     auto* impl = reinterpret_cast<ZeroEngine::Impl*>(impl_ptr);
-    Bucket& k = impl->buckets[0];
-    torch::Tensor full = impl->gathered(0);
+    auto [wte_full, outer] = impl->gathered_outer();
+    const Bucket &e = impl->buckets[impl->wte_bucket], &o = impl->buckets[0];
     const TensorParallel& tp = impl->model->tp();
     if (!with_backward)
-      return gpt2_head(x, impl->view_of(k, full, "wte.weight"), impl->view_of(k, full, "ln_f.weight"), impl->view_of(k, full, "ln_f.bias"), tp);
+      return gpt2_head(x, impl->view_of(e, wte_full, "wte.weight"), impl->view_of(o, outer, "ln_f.weight"), impl->view_of(o, outer, "ln_f.bias"), tp);
     torch::AutoGradMode enable(true);
-    std::vector<torch::Tensor> leaves{x.detach().requires_grad_(true)};
-    for (const char* name : {"wte.weight", "ln_f.weight", "ln_f.bias"}) leaves.push_back(impl->view_of(k, full, name).detach().requires_grad_(true));
+    std::vector<torch::Tensor> leaves{x.detach().requires_grad_(true), impl->view_of(e, wte_full, "wte.weight").detach().requires_grad_(true)};
+    for (const char* name : {"ln_f.weight", "ln_f.bias"}) leaves.push_back(impl->view_of(o, outer, name).detach().requires_grad_(true));
     torch::Tensor y = gpt2_head(leaves[0], leaves[1], leaves[2], leaves[3], tp);
     ctx->saved_data["impl"] = impl_ptr;
     ctx->saved_data["y"] = y;
@@ -436,19 +490,20 @@ struct GatheredHeadFn : public torch::autograd::Function<GatheredHeadFn> {
   }
   static torch::autograd::tensor_list backward(torch::autograd::AutogradContext* ctx, torch::autograd::tensor_list grads) {
     auto* impl = reinterpret_cast<ZeroEngine::Impl*>(ctx->saved_data["impl"].toInt());
-    Bucket& k = impl->buckets[0];
     torch::Tensor y = ctx->saved_data["y"].toTensor();
     auto leaves = ctx->saved_data["leaves"].toTensorVector();
     ctx->saved_data.erase("y");
     ctx->saved_data.erase("leaves");
     auto g = torch::autograd::grad({y}, leaves, {grads[0]}, /*retain_graph=*/false, /*create_graph=*/false, /*allow_unused=*/true);
     y.reset();
-    leaves.clear();  // the gathered buffer goes with the graph
+    leaves.clear();  // the gathered buffers go with the graph
     torch::NoGradGuard no_grad;
-    impl->outer_grad = zeros_on(k.padded, impl->device, false, impl->cfg.param_dtype);
-    const char* names[] = {"wte.weight", "ln_f.weight", "ln_f.bias"};
-    for (size_t i = 0; i < 3; ++i)
-      if (g[i + 1].defined()) impl->view_of(k, impl->outer_grad, names[i]).copy_(g[i + 1]);
+    std::tie(impl->wte_grad, impl->outer_grad) = impl->outer_grads();
+    const Bucket &e = impl->buckets[impl->wte_bucket], &o = impl->buckets[0];
+    if (g[1].defined()) impl->view_of(e, impl->wte_bucket == 0 ? impl->outer_grad : impl->wte_grad, "wte.weight").copy_(g[1]);
+    if (g[2].defined()) impl->view_of(o, impl->outer_grad, "ln_f.weight").copy_(g[2]);
+    if (g[3].defined()) impl->view_of(o, impl->outer_grad, "ln_f.bias").copy_(g[3]);
+    if (!impl->model->part().pre) impl->reduce_outer_grads();  // no embeddings' backward to complete them
     return {g[0], torch::Tensor(), torch::Tensor()};
   }
 };
@@ -481,22 +536,29 @@ void ZeroEngine::begin_step(int64_t micro_batches) {
     k.ready = 0;
     k.reduced = false;
   }
-  impl_->next_launch = 0;
+  // A stage-3 gather started and never used would hold the parameters of
+  // before the last update: none is kept across steps.
+  for (auto& [b, f] : impl_->inflight) f.op->wait();
+  impl_->inflight.clear();
+  std::fill(impl_->next_launch.begin(), impl_->next_launch.end(), 0);
   impl_->grad_mult = 1.0;
   impl_->micro_total = std::max<int64_t>(1, micro_batches);
   impl_->micro_done = 0;
 }
 
-void ZeroEngine::after_backward() {
+void ZeroEngine::after_backward(size_t chunk) {
   auto& I = *impl_;
   std::lock_guard<std::mutex> lock(I.mu);
+  if (chunk >= I.launch_order.size()) throw Error(ErrorKind::Internal, "ZeRO: backward of chunk %zu of %zu", chunk, I.launch_order.size());
+  const auto& order = I.launch_order[chunk];
+  size_t& next = I.next_launch[chunk];
   if (I.reduce_this_micro_batch()) {
     // Buckets whose parameters got no gradient this time: reduce what there is, in order.
-    for (; I.next_launch < I.hooked_order.size(); ++I.next_launch) I.reduce_hooked(I.buckets[I.hooked_order[I.next_launch]]);
+    for (; next < order.size(); ++next) I.reduce_hooked(I.buckets[order[next]]);
     I.finish_reduces();
   }
-  for (auto& k : I.buckets) k.ready = 0;
-  I.next_launch = 0;
+  for (size_t b : order) I.buckets[b].ready = 0;
+  next = 0;
   ++I.micro_done;
 }
 
@@ -518,8 +580,9 @@ void ZeroEngine::reduce_grads(double grad_mult) {
   auto& I = *impl_;
   I.finish_reduces();
   if (I.cfg.stage <= 1)  // launched during the last backward already, unless overlap is off
-    for (size_t b : I.hooked_order)
-      if (!I.buckets[b].reduced) I.reduce_hooked(I.buckets[b]);
+    for (const auto& order : I.launch_order)
+      for (size_t b : order)
+        if (!I.buckets[b].reduced) I.reduce_hooked(I.buckets[b]);
   I.finish_reduces();
   if (I.cfg.grad_dtype != torch::kFloat) I.grad_mult = grad_mult;  // applied in fp32 by the norm and the step
   else if (grad_mult != 1.0)
@@ -650,18 +713,25 @@ MemoryPlan ZeroEngine::plan() const {
     int64_t optim = bytes(k.exp_avg) + bytes(k.exp_avg_sq) + (k.master_is_param ? 0 : bytes(k.master));
     (I.cfg.offload_optimizer ? p.optim_host : p.optim_device) += optim;
   }
-  // Gathered at once: the bucket computing and the next one, prefetched, in the
-  // order outer, blocks 1..L, outer.
-  for (size_t b = 0; b < I.buckets.size(); ++b) {
-    const Bucket &k = I.buckets[b], &next = I.buckets[(b + 1) % I.buckets.size()];
-    if (k.sharded_params) max_gathered = std::max(max_gathered, (k.padded + next.padded) * param_size);
+  // Gathered at once (stage 3): a block and the bucket prefetched for what
+  // comes next in its chunk (forward or backward); the embeddings' buckets and
+  // the first block's; the head's buckets.
+  if (I.cfg.stage == 3) {
+    auto padded = [&](size_t b) { return b < I.buckets.size() ? I.buckets[b].padded : 0; };
+    const int64_t outer = padded(I.wte_bucket) + (I.wte_bucket == 0 ? 0 : padded(0));
+    for (size_t b = 1; b + I.cfg.own_buckets.size() < I.buckets.size(); ++b)
+      max_gathered = std::max({max_gathered, padded(b) + padded(I.next_forward(b)), padded(b) + padded(I.next_backward(b))});
+    if (I.model->part().pre) max_gathered = std::max(max_gathered, outer + padded(1 + I.model->chunk_blocks(0).front()));
+    if (I.model->part().post) max_gathered = std::max(max_gathered, outer);
+    max_gathered *= param_size;
   }
   p.params_gathered = max_gathered;
   p.params_device += max_gathered;
   // Two buckets of full gradients at a time (one being reduce-scattered, the
-  // next being built); at stage 3 the outer bucket's is also held from the
-  // head's backward to the embeddings'.
-  p.grads_staging = 2 * max_staging + (I.cfg.stage == 3 ? I.buckets[0].padded * param_size : 0);
+  // next being built); at stage 3 the gradients of the embeddings' and the
+  // head's buckets are also held from the head's backward to the embeddings'.
+  p.grads_staging = 2 * max_staging;
+  if (I.cfg.stage == 3) p.grads_staging += (I.buckets[0].padded + (I.wte_bucket == 0 ? 0 : I.buckets[I.wte_bucket].padded)) * param_size;
   p.grads_device += p.grads_staging;
   return p;
 }

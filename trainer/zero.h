@@ -28,17 +28,20 @@
 //   stage 2  + gradients sharded: as soon as backward has produced a bucket's
 //            gradients (autograd post-hooks), they are reduce-scattered into the
 //            rank's gradient shard and freed, on every micro-batch, in one
-//            fixed bucket order on all ranks.
+//            fixed bucket order on all ranks (per virtual-pipeline chunk: the
+//            schedule calls after_backward(chunk) after each backward pass).
 //   stage 3  + parameters sharded: a block's parameters exist only as shards;
 //            a custom autograd function gathers them for the block's forward and
 //            again for its recomputed backward, then drops them and
 //            reduce-scatters the gradients; the next block's gather runs in the
-//            background while a block computes (prefetch). The outer bucket
-//            is sharded too: gathered for the embedding lookup and again for
-//            the head (final LayerNorm, tied output projection) and its
-//            backward; its gradient, begun by the head's backward, is
+//            background while a block computes (prefetch, within a chunk). The
+//            outer bucket (and the tied embedding's own bucket with pipeline
+//            parallelism) is sharded too: gathered for the embedding lookup
+//            and again for the head (final LayerNorm, tied output projection)
+//            and its backward; its gradient, begun by the head's backward, is
 //            completed by the lookup's (which needs no weights) and then
-//            reduce-scattered.
+//            reduce-scattered, or reduce-scattered by the head's backward on
+//            a last pipeline stage.
 //   Reductions run in the background while backward computes the next bucket
 //   (one in flight; DeepSpeed's overlap_comm, DDP's bucketing) and complete in
 //   launch order, so the sums are those of blocking reductions.
@@ -111,10 +114,11 @@ class ZeroEngine {
   ZeroEngine& operator=(const ZeroEngine&) = delete;
 
   // One optimizer step: begin_step(number of micro-batches); forward/backward
-  // of each micro-batch, each followed by after_backward(); then
-  // reduce_grads(); then step().
+  // of each micro-batch, each backward pass followed by after_backward(the
+  // virtual-pipeline chunk it ran through; 0 without); then reduce_grads();
+  // then step().
   void begin_step(int64_t micro_batches);
-  void after_backward();
+  void after_backward(size_t chunk = 0);
   // Reduces what is left over the data-parallel group and multiplies every
   // gradient by grad_mult (loss-scale and micro-batch factors).
   void reduce_grads(double grad_mult);

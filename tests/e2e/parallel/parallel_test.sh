@@ -2,10 +2,12 @@
 # Tensor and pipeline parallelism on CPU processes (Gloo over loopback), the
 # tiny GPT-2 of the ZeRO test (fp32, dropout off, clipping active):
 #  1. TP2, TP4, PP2, PP4 (1F1B), PP2 and PP4 interleaved, TP2xPP2, TP2xDP2 with
-#     ZeRO 1-3 and offload, PP2xDP2 with ZeRO 0-2 and offload, TP2xPP2xDP2 on 8
-#     ranks: per-iteration losses and the final weights and Adam moments, the
-#     checkpoint's parts joined into the whole model, equal one process within
-#     rtol 1e-5 + atol 1e-5 (as the ZeRO test); sequence parallel equals TP alone;
+#     ZeRO 1-3 and offload, PP2xDP2 with ZeRO 0-3 and offload (1F1B and
+#     interleaved), TP2xPP2xDP2 on 8 ranks at ZeRO 1 and 3: per-iteration
+#     losses and the final weights and Adam moments, the checkpoint's parts
+#     joined into the whole model, equal one process within rtol 1e-5 + atol
+#     1e-5 (as the ZeRO test); sequence parallel equals TP alone; with pipeline
+#     parallelism ZeRO-2 and ZeRO-3 are bit-identical (as without);
 #  2. dropout: with hidden dropout on and attention dropout off, TP1 = TP2 = TP4
 #     (those masks come from the default generator, the same on every TP rank);
 #     with both on and sequence parallelism, recomputation replays the tracker
@@ -15,8 +17,8 @@
 #     replicated ones, its stage's layers only; checkpoints use Megatron's
 #     mp_rank_TT / mp_rank_TT_PPP directories;
 #  4. a checkpoint saved in one layout resumes in another (TP2xPP2 -> 1 rank,
-#     1 rank -> TP4, PP2xDP2 -> TP2xDP2 at another ZeRO stage) as the
-#     uninterrupted run continued;
+#     1 rank -> TP4, PP2xDP2 -> TP2xDP2 at another ZeRO stage, TP2xDP2 ->
+#     PP2xDP2 at ZeRO-3 with parameter offload) as the uninterrupted run continued;
 #  5. the Megatron-DeepSpeed tutorial's TP 4 command with its DeepSpeed JSON (its batch rule
 #     counts data-parallel ranks: 12 = 1 x 12 accumulation x DP 1)
 #     (ZeRO-3, cpu_offload, fp16: fp32 on CPU) under our launcher and torchrun;
@@ -50,22 +52,44 @@ runs+=(tp2 tp4 tp2_sp tp4_sp pp2 tp2_pp2)
 for z in 1 2 3; do run tp2_dp2_z$z 4 "${TP2[@]}" --zero-stage $z; runs+=(tp2_dp2_z$z); done
 run tp2_dp2_z2_off 4 "${TP2[@]}" --zero-stage 2 --cpu-offload
 run tp2_dp2_z3_offp 4 "${TP2[@]}" --zero-stage 3 --cpu-offload --offload-params
-for z in 0 1 2; do run pp2_dp2_z$z 4 "${PP2[@]}" --zero-stage $z; runs+=(pp2_dp2_z$z); done
+for z in 0 1 2 3; do run pp2_dp2_z$z 4 "${PP2[@]}" --zero-stage $z; runs+=(pp2_dp2_z$z); done
 run pp2_dp2_z1_off 4 "${PP2[@]}" --zero-stage 1 --cpu-offload
+run pp2_dp2_z3_offp 4 "${PP2[@]}" --zero-stage 3 --cpu-offload --offload-params
 run tp2_pp2_dp2 8 "${TP2[@]}" "${PP2[@]}" --zero-stage 1 --sequence-parallel
-runs+=(tp2_dp2_z2_off tp2_dp2_z3_offp pp2_dp2_z1_off tp2_pp2_dp2)
+run tp2_pp2_dp2_z3 8 "${TP2[@]}" "${PP2[@]}" --zero-stage 3 --sequence-parallel
+runs+=(tp2_dp2_z2_off tp2_dp2_z3_offp pp2_dp2_z1_off pp2_dp2_z3_offp tp2_pp2_dp2 tp2_pp2_dp2_z3)
 grep -q 'initialized tensor model parallel with size 2' tp2_pp2_dp2.log
 grep -q 'initialized pipeline model parallel with size 2' tp2_pp2_dp2.log
 grep -q 'initialized data parallel with size 2' tp2_pp2_dp2.log
 grep -q 'rank   5: tensor-parallel rank 1, data-parallel rank 0, pipeline stage 1' tp2_pp2_dp2.log  # Megatron's order
 $CMP --rtol 1e-5 --atol 1e-5 ref "${runs[@]}"
+$CMP --rtol 0 --atol 0 pp2_dp2_z2 pp2_dp2_z3 pp2_dp2_z3_offp
 run pp4 4 --num-layers 4 --pipeline-model-parallel-size 4
 run pp2_v2 2 --num-layers 4 "${PP2[@]}" --num-layers-per-virtual-pipeline-stage 1
-$CMP --rtol 1e-5 --atol 1e-5 ref4 pp4 pp2_v2
+for z in 2 3; do run pp2_v2_dp2_z$z 4 --num-layers 4 "${PP2[@]}" --num-layers-per-virtual-pipeline-stage 1 --zero-stage $z; done
+$CMP --rtol 1e-5 --atol 1e-5 ref4 pp4 pp2_v2 pp2_v2_dp2_z2 pp2_v2_dp2_z3
+$CMP --rtol 0 --atol 0 pp2_v2_dp2_z2 pp2_v2_dp2_z3
 run pp4_v2 4 --num-layers 8 --pipeline-model-parallel-size 4 --num-layers-per-virtual-pipeline-stage 1
 run tp2_pp2_v2 4 --num-layers 8 "${TP2[@]}" "${PP2[@]}" --num-layers-per-virtual-pipeline-stage 2 --zero-stage 1
 $CMP --rtol 1e-5 --atol 1e-5 ref8 pp4_v2 tp2_pp2_v2
 $CMP --rtol 1e-5 --atol 1e-5 tp2 tp2_sp  # sequence parallel = tensor parallel alone
+
+# 1b. the schedules under NCCL's point-to-point rules (ZLM_P2P_RENDEZVOUS: tags
+#     ignored, a send completes only when its receive is posted): 1F1B, the
+#     interleaved ring on 2 stages (where the previous stage is the next), all
+#     forward passes as warm-up (micro-batches = stages), fewer micro-batches
+#     than stages. A schedule that could deadlock on NCCL times out here.
+one ref8_b4 --num-layers 8 --global-batch-size 4
+one ref4_b2 --num-layers 4 --global-batch-size 2
+rv() { ZLM_P2P_RENDEZVOUS=1 run "$@" --distributed-timeout-minutes 0.5; }
+rv rv_pp4 4 --num-layers 4 --pipeline-model-parallel-size 4
+rv rv_pp2_v2 2 --num-layers 4 "${PP2[@]}" --num-layers-per-virtual-pipeline-stage 1
+rv rv_pp4_v2_m4 4 --num-layers 8 --pipeline-model-parallel-size 4 --num-layers-per-virtual-pipeline-stage 1 --global-batch-size 4
+rv rv_pp4_m2 4 --num-layers 4 --pipeline-model-parallel-size 4 --global-batch-size 2
+grep -q "ZLM_P2P_RENDEZVOUS=1: point-to-point messages follow NCCL's rules" rv_pp4.log
+$CMP --rtol 1e-5 --atol 1e-5 ref4 rv_pp4 rv_pp2_v2
+$CMP --rtol 1e-5 --atol 1e-5 ref8_b4 rv_pp4_v2_m4
+$CMP --rtol 1e-5 --atol 1e-5 ref4_b2 rv_pp4_m2
 
 # 2. dropout.
 one d_ref --hidden-dropout 0.1
@@ -112,7 +136,8 @@ reshard() {  # NAME W1 "ARGS1" W2 "ARGS2"
 reshard re_tp2pp2_1 4 "${TP2[*]} ${PP2[*]}" 1 ""
 reshard re_1_tp4 1 "" 4 "${TP4[*]}"
 reshard re_pp2dp2_tp2dp2 4 "${PP2[*]} --zero-stage 1" 4 "${TP2[*]} --zero-stage 2 --cpu-offload"
-$CMP --rtol 1e-5 --atol 1e-5 ref re_tp2pp2_1 re_1_tp4 re_pp2dp2_tp2dp2
+reshard re_tp2dp2_pp2dp2z3 4 "${TP2[*]} --zero-stage 2" 4 "${PP2[*]} --zero-stage 3 --cpu-offload --offload-params"
+$CMP --rtol 1e-5 --atol 1e-5 ref re_tp2pp2_1 re_1_tp4 re_pp2dp2_tp2dp2 re_tp2dp2_pp2dp2z3
 $BIN/convert_gpt --load tp2_pp2 --export-hf hf_from_tp2pp2 --vocab-file $DATA/gpt2-tiny-vocab.json --merge-file $DATA/gpt2-tiny-merges.txt > convert.log 2>&1 ||
   { cat convert.log; exit 1; }
 [[ -f hf_from_tp2pp2/model.safetensors ]]
@@ -153,5 +178,4 @@ refuse() {  # refuse WORLD MESSAGE ARGS...
 refuse 3 "3 ranks cannot form --tensor-model-parallel-size 2 x --pipeline-model-parallel-size 1" "${TP2[@]}"
 refuse 2 "--num-layers 3 is not divisible by --pipeline-model-parallel-size 2" "${PP2[@]}" --num-layers 3
 refuse 2 "--num-attention-heads 1 is not divisible by --tensor-model-parallel-size 2" "${TP2[@]}" --num-attention-heads 1
-refuse 2 "--zero-stage 3 with --pipeline-model-parallel-size 2" "${PP2[@]}" --zero-stage 3
 echo "parallel ok"

@@ -300,6 +300,16 @@ TEST(Comm, GlooCollectivesOnTwoRanks) {
   for (int r = 0; r < 2; ++r) EXPECT_TRUE(fs::exists(dir.path / ("ok." + std::to_string(r)))) << "rank " << r;
 }
 
+// ZLM_P2P_RENDEZVOUS gives Gloo NCCL's point-to-point rules: messages are
+// matched by posting order whatever their tags, and two ranks that each post a
+// send alone before the receive the other waits for hang (here: fail after the
+// 3 s timeout), as on NCCL.
+TEST(Comm, RendezvousModeFollowsNcclsRules) {
+  const TempDir dir("rendezvous");
+  ASSERT_TRUE(run_ranks("rendezvous", 2, dir));
+  for (int r = 0; r < 2; ++r) EXPECT_TRUE(fs::exists(dir.path / ("ok." + std::to_string(r)))) << "rank " << r;
+}
+
 // Stages 1, 2 and 3 on 2 ranks: bit-identical to each other (as the README
 // says), and equal to LibTorch's AdamW on one process within rounding.
 TEST(ZeroEngine, StagesOnTwoRanksAreBitIdentical) {
@@ -383,9 +393,17 @@ void worker_collectives(Comm& c, const fs::path& dir) {
   pending->wait();
   expect_all(t.equal(torch::full({3}, 6.0f, f)), "all_reduce_async");
   torch::Tensor msg = r == 0 ? torch::tensor({7.f, 8.f}) : torch::empty({2}, f);
-  if (r == 0) c.send_async(msg, 1, /*tag=*/5)->wait();
-  else c.recv_async(msg, 0, /*tag=*/5)->wait();
+  c.p2p({{r == 0 ? Comm::P2p::kSend : Comm::P2p::kRecv, msg, 1 - r, /*tag=*/5}})->wait();
   expect_all(msg.equal(torch::tensor({7.f, 8.f})), "send/recv");
+  // One batch each way with two messages, posted in the same order on both
+  // sides (what NCCL needs): both ranks send and receive at once.
+  torch::Tensor out1 = torch::full({2}, static_cast<float>(r + 1), f), out2 = torch::full({3}, static_cast<float>(10 * (r + 1)), f);
+  torch::Tensor in1 = torch::empty({2}, f), in2 = torch::empty({3}, f);
+  std::vector<Comm::P2p> batch{{Comm::P2p::kSend, out1, 1 - r, 1}, {Comm::P2p::kRecv, in1, 1 - r, 1},
+                               {Comm::P2p::kSend, out2, 1 - r, 2}, {Comm::P2p::kRecv, in2, 1 - r, 2}};
+  c.p2p(batch)->wait();
+  expect_all(in1.equal(torch::full({2}, static_cast<float>(2 - r), f)) && in2.equal(torch::full({3}, static_cast<float>(10 * (2 - r)), f)),
+             "p2p batch");
   auto names = c.exchange("who", "rank" + std::to_string(r));
   expect_all(names == std::vector<std::string>{"rank0", "rank1"}, "exchange");
   auto g = c.new_group("pair", {1, 0});  // reversed order: global rank 1 is the group's rank 0
@@ -421,11 +439,34 @@ void worker_memory(Comm& c, const fs::path& dir) {
       }
 }
 
+void worker_rendezvous(Comm& c, const fs::path& dir) {
+  const int r = c.rank();
+  auto f = torch::TensorOptions().dtype(torch::kFloat);
+  torch::Tensor a = torch::full({2}, 1.0f, f), b = torch::full({2}, 2.0f, f), x = torch::empty({2}, f), y = torch::empty({2}, f);
+  if (r == 0) c.p2p({{Comm::P2p::kSend, a, 1, /*tag=*/1}, {Comm::P2p::kSend, b, 1, /*tag=*/2}})->wait();
+  else c.p2p({{Comm::P2p::kRecv, x, 0, /*tag=*/2}, {Comm::P2p::kRecv, y, 0, /*tag=*/1}})->wait();
+  if (r == 1) expect_all(x.equal(a) && y.equal(b), "matched by posting order, tags ignored");
+  bool hung = false;
+  try {
+    c.p2p({{Comm::P2p::kSend, a, 1 - r, 0}})->wait();  // both send first: neither receive is ever posted
+    c.p2p({{Comm::P2p::kRecv, x, 1 - r, 0}})->wait();
+  } catch (const Error& e) {
+    hung = std::string(e.what()).find("failed") != std::string::npos;
+  }
+  expect_all(hung, "two sends posted alone hang until the timeout");
+  std::ofstream(dir / ("ok." + std::to_string(r))) << "ok\n";
+}
+
 int worker_main(const std::string& worker) {
   try {
     const fs::path dir = std::getenv("ZLM_TEST_DIR");
     const DistEnv env = dist_env_from_process();
-    auto comm = make_comm(env, "gloo", -1, std::chrono::seconds(60));
+    if (worker == "rendezvous") setenv("ZLM_P2P_RENDEZVOUS", "1", 1);
+    auto comm = make_comm(env, "gloo", -1, worker == "rendezvous" ? std::chrono::seconds(3) : std::chrono::seconds(60));
+    if (worker == "rendezvous") {  // its comm is broken by the hang: no shutdown handshake
+      worker_rendezvous(*comm, dir);
+      return 0;
+    }
     if (worker == "collectives") worker_collectives(*comm, dir);
     else if (worker == "stages") worker_stages(*comm, dir);
     else if (worker == "memory") worker_memory(*comm, dir);
