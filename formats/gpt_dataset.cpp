@@ -7,6 +7,7 @@
 #include <string>
 
 #include "common/core/error.h"
+#include "common/core/mapped_file.h"
 #include "formats/npy.h"
 
 namespace zlm::formats {
@@ -162,11 +163,8 @@ namespace {
 template <typename T>
 std::vector<int64_t> widen(const NpyArray& a) {
   std::vector<int64_t> out(static_cast<size_t>(a.count()));
-  for (size_t i = 0; i < out.size(); ++i) {
-    T v;
-    std::memcpy(&v, a.data.data() + i * sizeof(T), sizeof(T));
-    out[i] = static_cast<int64_t>(v);
-  }
+  const auto* p = reinterpret_cast<const uint8_t*>(a.data.data());
+  for (size_t i = 0; i < out.size(); ++i) out[i] = static_cast<int64_t>(load_unaligned<T>(p + i * sizeof(T)));
   return out;
 }
 

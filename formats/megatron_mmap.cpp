@@ -49,13 +49,6 @@ std::string bin_path(const std::string& prefix) { return prefix + ".bin"; }
 
 namespace {
 
-template <typename T>
-T load_le(const uint8_t* p) {
-  T v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-
 [[noreturn]] void bad(const std::string& name, const std::string& what) {
   throw Error(ErrorKind::Format, "%s: %s ---> HINT: the file is damaged, truncated or not a Megatron MMIDIDX index",
               name.c_str(), what.c_str());
@@ -75,13 +68,13 @@ IdxLayout parse_header(const uint8_t* data, uint64_t size, const std::string& na
       bad(name, "byte 0: magic TNTIDX is the legacy lazy/cached format, not mmap (convert it with Megatron first)");
     bad(name, "byte 0: wrong magic (expected \"MMIDIDX\\0\\0\")");
   }
-  uint64_t version = load_le<uint64_t>(data + 9);
+  uint64_t version = load_unaligned<uint64_t>(data + 9);
   if (version != kMmidIdxVersion) bad(name, strprintf("byte 9: unknown version %lu (expected 1)", (unsigned long)version));
   IdxLayout l;
   l.code = data[17];
   if (dtype_size(l.code) == 0) bad(name, strprintf("byte 17: unknown dtype code %u (known: 1-8)", l.code));
-  l.n = load_le<uint64_t>(data + 18);
-  l.m = load_le<uint64_t>(data + 26);
+  l.n = load_unaligned<uint64_t>(data + 18);
+  l.m = load_unaligned<uint64_t>(data + 26);
   // Guard the size arithmetic against absurd counts before multiplying.
   if (l.n > size || l.m > size) bad(name, strprintf("byte 18: counts N=%lu M=%lu cannot fit a %lu-byte file",
                                                    (unsigned long)l.n, (unsigned long)l.m, (unsigned long)size));
@@ -106,8 +99,8 @@ uint64_t check_arrays(const uint8_t* data, const IdxLayout& l, uint64_t bin_size
   const uint64_t item = dtype_size(l.code);
   uint64_t expected_ptr = 0, total = 0;
   for (uint64_t i = 0; i < l.n; ++i) {
-    int32_t sz = load_le<int32_t>(sizes + 4 * i);
-    int64_t ptr = load_le<int64_t>(pointers + 8 * i);
+    int32_t sz = load_unaligned<int32_t>(sizes + 4 * i);
+    int64_t ptr = load_unaligned<int64_t>(pointers + 8 * i);
     if (sz < 0) bad(name, strprintf("sizes[%lu] = %d is negative", (unsigned long)i, sz));
     if (ptr < 0 || static_cast<uint64_t>(ptr) != expected_ptr)
       bad(name, strprintf("pointers[%lu] = %ld, expected %lu (sum of the previous sizes x %lu bytes)", (unsigned long)i,
@@ -122,7 +115,7 @@ uint64_t check_arrays(const uint8_t* data, const IdxLayout& l, uint64_t bin_size
   if (l.m == 0) bad(name, "doc_idx is empty (it must hold at least the leading 0)");
   int64_t prev = 0;
   for (uint64_t k = 0; k < l.m; ++k) {
-    int64_t d = load_le<int64_t>(doc_idx + 8 * k);
+    int64_t d = load_unaligned<int64_t>(doc_idx + 8 * k);
     if (k == 0 && d != 0) bad(name, strprintf("doc_idx[0] = %ld, expected 0", (long)d));
     if (d < prev)
       bad(name, strprintf("doc_idx is not monotonic: doc_idx[%lu] = %ld < doc_idx[%lu] = %ld", (unsigned long)k,
@@ -184,10 +177,10 @@ std::vector<int64_t> MegatronReader::sequence_tokens(uint64_t i, int64_t offset,
     switch (dtype_) {
       case DType::UInt8: out[k] = *p; break;
       case DType::Int8: out[k] = static_cast<int8_t>(*p); break;
-      case DType::Int16: out[k] = load<int16_t>(p); break;
-      case DType::UInt16: out[k] = load<uint16_t>(p); break;
-      case DType::Int32: out[k] = load<int32_t>(p); break;
-      case DType::Int64: out[k] = load<int64_t>(p); break;
+      case DType::Int16: out[k] = load_unaligned<int16_t>(p); break;
+      case DType::UInt16: out[k] = load_unaligned<uint16_t>(p); break;
+      case DType::Int32: out[k] = load_unaligned<int32_t>(p); break;
+      case DType::Int64: out[k] = load_unaligned<int64_t>(p); break;
       default: break;
     }
   }
@@ -336,8 +329,7 @@ template <typename T>
 bool all_in_range(const uint8_t* data, uint64_t n, int64_t limit) {
   T lo = std::numeric_limits<T>::max(), hi = std::numeric_limits<T>::lowest();
   for (uint64_t i = 0; i < n; ++i) {  // a reduction the compiler vectorises
-    T v;
-    std::memcpy(&v, data + i * sizeof(T), sizeof(T));
+    const T v = load_unaligned<T>(data + i * sizeof(T));
     lo = std::min(lo, v);
     hi = std::max(hi, v);
   }

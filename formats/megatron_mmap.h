@@ -79,9 +79,9 @@ class MegatronReader {
   uint64_t bin_bytes() const { return bin_size_; }
   uint64_t total_tokens() const { return total_tokens_; }
 
-  int32_t size(uint64_t i) const { return load<int32_t>(sizes_ + 4 * i); }
-  int64_t pointer(uint64_t i) const { return load<int64_t>(pointers_ + 8 * i); }
-  int64_t doc_idx(uint64_t i) const { return load<int64_t>(doc_idx_ + 8 * i); }
+  int32_t size(uint64_t i) const { return load_unaligned<int32_t>(sizes_ + 4 * i); }
+  int64_t pointer(uint64_t i) const { return load_unaligned<int64_t>(pointers_ + 8 * i); }
+  int64_t doc_idx(uint64_t i) const { return load_unaligned<int64_t>(doc_idx_ + 8 * i); }
   int8_t mode(uint64_t i) const { return multimodal_ ? static_cast<int8_t>(modes_[i]) : 0; }
 
   // Raw element bytes of sequence i (size(i) * item_size() bytes, aligned as written).
@@ -93,12 +93,6 @@ class MegatronReader {
   const uint8_t* bin_data() const { return bin_; }
 
  private:
-  template <typename T>
-  static T load(const uint8_t* p) {
-    T v;
-    std::memcpy(&v, p, sizeof v);
-    return v;
-  }
   void validate();
   std::string prefix_;
   MappedFile idx_file_, bin_file_;

@@ -11,6 +11,7 @@
 #include "common/core/crc32c.h"
 #include "common/core/error.h"
 #include "common/core/log.h"
+#include "common/core/mapped_file.h"
 #include "common/core/output_file.h"
 
 namespace zlm::formats {
@@ -73,9 +74,7 @@ struct Cursor {
   }
   template <typename T>
   T le() {
-    T v;
-    std::memcpy(&v, take(sizeof(T)).data(), sizeof(T));
-    return v;
+    return load_unaligned<T>(reinterpret_cast<const uint8_t*>(take(sizeof(T)).data()));
   }
   void skip(int wire) {
     switch (wire) {

@@ -7,10 +7,25 @@
 // the mapping is immutable and safe to read from several threads.
 #pragma once
 
+#include <bit>
 #include <cstdint>
+#include <cstring>
 #include <string>
+#include <type_traits>
 
 namespace zlm {
+
+// A T stored at any byte offset of a mapping (the formats pack 4- and 8-byte
+// fields at unaligned offsets; memcpy compiles to one load). Every on-disk
+// format here is little-endian, as the hosts we build for.
+static_assert(std::endian::native == std::endian::little, "zerolm's file formats are read on little-endian hosts only");
+template <typename T>
+T load_unaligned(const uint8_t* p) {
+  static_assert(std::is_trivially_copyable_v<T>);
+  T v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
 
 class MappedFile {
  public:

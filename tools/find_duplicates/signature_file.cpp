@@ -15,13 +15,6 @@ constexpr char kMagic[8] = {'Z', 'L', 'M', 'S', 'I', 'G', '0', '1'};
 constexpr char kEnd[8] = {'Z', 'L', 'M', 'S', 'I', 'G', 'O', 'K'};
 constexpr uint64_t kHeader = 48, kFooter = 24;
 
-template <typename T>
-T load(const uint8_t* p) {
-  T v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-
 [[noreturn]] void bad(const std::string& path, const std::string& what) {
   throw Error(ErrorKind::Format, "%s: %s ---> HINT: the fingerprint file is damaged or was not written by find_duplicates",
               path.c_str(), what.c_str());
@@ -33,25 +26,25 @@ SignatureFileReader::SignatureFileReader(const std::string& path)
   {
     if (size_ < kHeader + kFooter) bad(path, strprintf("truncated: %lu bytes", (unsigned long)size_));
     if (std::memcmp(data_, kMagic, 8) != 0) bad(path, "byte 0: wrong magic (expected \"ZLMSIG01\")");
-    uint32_t version = load<uint32_t>(data_ + 8);
+    uint32_t version = load_unaligned<uint32_t>(data_ + 8);
     if (version != 1) bad(path, strprintf("byte 8: unknown version %u", version));
-    params_.num_seeds = load<uint32_t>(data_ + 12);
-    params_.char_ngram = load<uint32_t>(data_ + 16);
-    uint32_t scheme = load<uint32_t>(data_ + 20);
+    params_.num_seeds = load_unaligned<uint32_t>(data_ + 12);
+    params_.char_ngram = load_unaligned<uint32_t>(data_ + 16);
+    uint32_t scheme = load_unaligned<uint32_t>(data_ + 20);
     if (scheme != kSignatureHashScheme) bad(path, strprintf("byte 20: unknown hash scheme %u", scheme));
-    params_.seed = load<uint64_t>(data_ + 24);
-    n_ = load<uint64_t>(data_ + 32);
-    uint64_t id_bytes = load<uint64_t>(data_ + 40);
+    params_.seed = load_unaligned<uint64_t>(data_ + 24);
+    n_ = load_unaligned<uint64_t>(data_ + 32);
+    uint64_t id_bytes = load_unaligned<uint64_t>(data_ + 40);
     const uint8_t* footer = data_ + size_ - kFooter;
     if (std::memcmp(footer + 16, kEnd, 8) != 0) bad(path, "missing end marker: the file is truncated");
-    uint64_t text_bytes = load<uint64_t>(footer);
+    uint64_t text_bytes = load_unaligned<uint64_t>(footer);
     // Sizes, computed with overflow guards.
     if (params_.num_seeds == 0 || n_ > size_ || id_bytes > size_ || text_bytes > size_)
       bad(path, "header counts do not fit the file size");
     uint64_t want = kHeader + 4 * n_ * params_.num_seeds + 8 * (n_ + 1) + id_bytes + text_bytes + 8 * (n_ + 1) + kFooter;
     if (want != size_) bad(path, strprintf("size %lu, expected %lu from the header", (unsigned long)size_, (unsigned long)want));
     uint64_t sum = XXH64(data_, size_ - kFooter, 0);
-    if (sum != load<uint64_t>(footer + 8)) bad(path, "checksum mismatch: the file is damaged");
+    if (sum != load_unaligned<uint64_t>(footer + 8)) bad(path, "checksum mismatch: the file is damaged");
     sigs_ = data_ + kHeader;
     id_offsets_ = sigs_ + 4 * n_ * params_.num_seeds;
     ids_ = id_offsets_ + 8 * (n_ + 1);
@@ -68,7 +61,7 @@ SignatureFileReader::SignatureFileReader(const std::string& path)
 
 SignatureFileReader::~SignatureFileReader() = default;
 
-uint64_t SignatureFileReader::offset_at(const uint8_t* table, uint64_t i) const { return load<uint64_t>(table + 8 * i); }
+uint64_t SignatureFileReader::offset_at(const uint8_t* table, uint64_t i) const { return load_unaligned<uint64_t>(table + 8 * i); }
 
 void SignatureFileReader::check_params(const MinHashParams& e) const {
   if (e.num_seeds != params_.num_seeds || e.char_ngram != params_.char_ngram || e.seed != params_.seed)
