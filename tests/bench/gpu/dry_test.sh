@@ -13,7 +13,7 @@ for part in 1 2 3 4; do
     { echo "FAIL: part $part"; tail -20 "$out/$part.log"; exit 1; }
   table=$out/$part/gpu_bench.md
   cat "$table"
-  if grep -q 'failed' "$table"; then echo "FAIL: part $part has a failed row"; tail -5 "$out/$part/logs/"*.log; exit 1; fi
+  if grep -q 'failed' "$table"; then echo "FAIL: part $part has a failed row"; tail -n 5 "$out/$part/logs/"*.log; exit 1; fi
 done
 # Part 1: ours, PyTorch eager and compiled, for both models; parts 2 and 3: one row each;
 # part 4: the optimizer step (ours on the device and offloaded, PyTorch's fused AdamW).

@@ -78,7 +78,7 @@ for node in 0 1; do
     --zero-stage 3 --save nodes_z3 > nodes_z3.$node.log 2>&1 &
   nodes+=($!)
 done
-wait ${nodes[0]} && wait ${nodes[1]} || { echo "FAIL: two nodes"; tail -20 nodes_z3.*.log; exit 1; }
+wait ${nodes[0]} && wait ${nodes[1]} || { echo "FAIL: two nodes"; tail -n 20 nodes_z3.*.log; exit 1; }
 grep -q 'initialized data parallel with size 2' nodes_z3.0.log
 runs+=(nodes_z3)
 # Two Slurm "nodes": each rank gets the environment srun -N 2 -n 2 sets (no MASTER_ADDR:
@@ -91,7 +91,7 @@ for node in 0 1; do
     $BIN/pretrain_gpt "${common[@]}" --zero-stage 1 --save slurm_z1 > slurm_z1.$node.log 2>&1 &
   nodes+=($!)
 done
-wait ${nodes[0]} && wait ${nodes[1]} || { echo "FAIL: Slurm environment"; tail -20 slurm_z1.*.log; exit 1; }
+wait ${nodes[0]} && wait ${nodes[1]} || { echo "FAIL: Slurm environment"; tail -n 20 slurm_z1.*.log; exit 1; }
 grep -q 'initialized data parallel with size 2 (gloo backend, launched by slurm, rendezvous localhost:' slurm_z1.0.log
 runs+=(slurm_z1)
 # Under Open MPI's mpirun (Debian's openmpi-bin; scripts/setup.sh installs it).
