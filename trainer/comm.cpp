@@ -61,12 +61,12 @@ class C10dComm final : public Comm {
  public:
   C10dComm(const DistEnv& env, const std::string& backend, int gpu, std::chrono::milliseconds timeout)
       : name_(backend), timeout_(timeout), gpu_(gpu), loopback_(env.world_size == env.local_world_size) {
+    rank_ = env.rank;
+    world_ = env.world_size;
     const char* rv = std::getenv("ZLM_P2P_RENDEZVOUS");
     rendezvous_ = rv && std::string(rv) == "1" && backend == "gloo";
     if (rendezvous_ && rank_ == 0)
       ZLM_LOG_INF(" > ZLM_P2P_RENDEZVOUS=1: point-to-point messages follow NCCL's rules (tags ignored, a send waits for its receive)");
-    rank_ = env.rank;
-    world_ = env.world_size;
     c10d::TCPStoreOptions opts;
     opts.port = static_cast<uint16_t>(env.master_port);
     opts.isServer = env.rank == 0 && !env.agent_store;
@@ -152,7 +152,7 @@ class C10dComm final : public Comm {
     }
     if (rendezvous_) return p2p_rendezvous(ops);
     auto all = std::make_unique<Ops>();
-    for (const auto& op : ops) all->ops.emplace_back(this, op.kind == P2p::kSend ? "send" : "recv", post(op, op.tag));
+    for (const auto& op : ops) all->ops.emplace_back(this, op_name(op), post(op, op.tag));
     return all;
   }
   std::unique_ptr<Comm> new_group(const std::string& group, const std::vector<int>& ranks) override {
@@ -202,6 +202,7 @@ class C10dComm final : public Comm {
       for (auto& op : ops) op.wait();
     }
   };
+  static const char* op_name(const P2p& op) { return op.kind == P2p::kSend ? "send" : "recv"; }
   c10::intrusive_ptr<c10d::Work> post(const P2p& op, int tag) {
     std::vector<at::Tensor> v{op.t};
     return op.kind == P2p::kSend ? pg_->send(v, op.peer, tag) : pg_->recv(v, op.peer, tag);
@@ -217,7 +218,7 @@ class C10dComm final : public Comm {
     std::vector<Op> data, acks;  // (a Gloo operation is waited for once: a second wait waits for another message)
     std::vector<at::Tensor> ack_in, ack_out;
     for (const auto& op : ops) {
-      data.emplace_back(this, op.kind == P2p::kSend ? "send" : "recv", post(op, kData));
+      data.emplace_back(this, op_name(op), post(op, kData));
       if (op.kind == P2p::kSend) {
         ack_in.push_back(at::empty({1}, op.t.options()));
         acks.emplace_back(this, "recv (acknowledgement)", post({P2p::kRecv, ack_in.back(), op.peer, 0}, kAck));

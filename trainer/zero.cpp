@@ -103,7 +103,7 @@ struct ZeroEngine::Impl {
   torch::Tensor anchor;  // stage 3: a leaf that requires grad, so that the embedding's backward runs
   // Stage 3, a part with the embeddings and the head: the gradients of the
   // outer bucket and of wte's, from the head's backward to the embeddings'
-  // (wte_grad is undefined when wte is in the outer bucket).
+  // (one buffer when wte is in the outer bucket).
   torch::Tensor outer_grad, wte_grad;
 
   Impl(Gpt2& m, Comm& c, const ZeroConfig& z, const torch::Device& d)
@@ -336,6 +336,7 @@ struct ZeroEngine::Impl {
     return v + 1 == model->num_chunks() && model->part().post ? wte_bucket : kNone;
   }
   size_t next_backward(size_t b) const { return b - 1 != model->chunk_blocks(chunk_of[b]).front() ? b - 1 : kNone; }
+  size_t first_block_bucket() const { return 1 + model->chunk_blocks(0).front(); }  // what the embeddings prefetch
   InFlight start_gather(const Bucket& k) {
     InFlight f;
     f.full = torch::empty({k.padded}, torch::TensorOptions().dtype(cfg.param_dtype).device(device));
@@ -377,11 +378,15 @@ struct ZeroEngine::Impl {
     torch::Tensor wte = gathered(wte_bucket);
     return {wte, wte_bucket == 0 ? wte : gathered(0)};
   }
-  // Zeroed gradient buffers for them (wte's undefined when it is the outer bucket),
-  // and their reduce-scatter (wte's bucket first), which consumes outer_grad and wte_grad.
+  // Their elements (one bucket counted once).
+  int64_t outer_padded() const { return buckets[0].padded + (wte_bucket == 0 ? 0 : buckets[wte_bucket].padded); }
+  // Zeroed gradient buffers for them (the same buffer twice when wte is in the
+  // outer bucket), and their reduce-scatter (wte's bucket first), which
+  // consumes outer_grad and wte_grad.
   std::pair<torch::Tensor, torch::Tensor> outer_grads() const {
     auto zeros = [&](const Bucket& k) { return zeros_on(k.padded, device, false, cfg.param_dtype); };
-    return {wte_bucket == 0 ? torch::Tensor() : zeros(buckets[wte_bucket]), zeros(buckets[0])};
+    torch::Tensor outer = zeros(buckets[0]);
+    return {wte_bucket == 0 ? outer : zeros(buckets[wte_bucket]), outer};
   }
   void reduce_outer_grads() {
     if (wte_bucket != 0) reduce_flat_into_shard(buckets[wte_bucket], wte_grad);
@@ -446,7 +451,7 @@ struct GatheredEmbedFn : public torch::autograd::Function<GatheredEmbedFn> {
     ctx->saved_data["impl"] = impl_ptr;
     ctx->save_for_backward({idx});
     auto [wte, outer] = impl->gathered_outer();
-    impl->prefetch(1 + impl->model->chunk_blocks(0).front());  // the first block's forward
+    impl->prefetch(impl->first_block_bucket());  // the first block's forward
     return gpt2_embed(idx, impl->view_of(impl->buckets[impl->wte_bucket], wte, "wte.weight"), impl->view_of(impl->buckets[0], outer, "wpe.weight"),
                       impl->model->tp());
   }
@@ -455,7 +460,7 @@ struct GatheredEmbedFn : public torch::autograd::Function<GatheredEmbedFn> {
     torch::NoGradGuard no_grad;
     torch::Tensor idx = ctx->get_saved_variables()[0], g = grads[0];
     if (!impl->outer_grad.defined()) std::tie(impl->wte_grad, impl->outer_grad) = impl->outer_grads();  // no head in this graph
-    torch::Tensor wte = impl->view_of(impl->buckets[impl->wte_bucket], impl->wte_bucket == 0 ? impl->outer_grad : impl->wte_grad, "wte.weight");
+    torch::Tensor wte = impl->view_of(impl->buckets[impl->wte_bucket], impl->wte_grad, "wte.weight");
     torch::Tensor wpe = impl->view_of(impl->buckets[0], impl->outer_grad, "wpe.weight");
     gpt2_embed_backward(g, idx, wte, wpe, impl->model->tp());
     impl->reduce_outer_grads();
@@ -500,7 +505,7 @@ struct GatheredHeadFn : public torch::autograd::Function<GatheredHeadFn> {
     torch::NoGradGuard no_grad;
     std::tie(impl->wte_grad, impl->outer_grad) = impl->outer_grads();
     const Bucket &e = impl->buckets[impl->wte_bucket], &o = impl->buckets[0];
-    if (g[1].defined()) impl->view_of(e, impl->wte_bucket == 0 ? impl->outer_grad : impl->wte_grad, "wte.weight").copy_(g[1]);
+    if (g[1].defined()) impl->view_of(e, impl->wte_grad, "wte.weight").copy_(g[1]);
     if (g[2].defined()) impl->view_of(o, impl->outer_grad, "ln_f.weight").copy_(g[2]);
     if (g[3].defined()) impl->view_of(o, impl->outer_grad, "ln_f.bias").copy_(g[3]);
     if (!impl->model->part().pre) impl->reduce_outer_grads();  // no embeddings' backward to complete them
@@ -718,11 +723,10 @@ MemoryPlan ZeroEngine::plan() const {
   // the first block's; the head's buckets.
   if (I.cfg.stage == 3) {
     auto padded = [&](size_t b) { return b < I.buckets.size() ? I.buckets[b].padded : 0; };
-    const int64_t outer = padded(I.wte_bucket) + (I.wte_bucket == 0 ? 0 : padded(0));
     for (size_t b = 1; b + I.cfg.own_buckets.size() < I.buckets.size(); ++b)
       max_gathered = std::max({max_gathered, padded(b) + padded(I.next_forward(b)), padded(b) + padded(I.next_backward(b))});
-    if (I.model->part().pre) max_gathered = std::max(max_gathered, outer + padded(1 + I.model->chunk_blocks(0).front()));
-    if (I.model->part().post) max_gathered = std::max(max_gathered, outer);
+    if (I.model->part().pre) max_gathered = std::max(max_gathered, I.outer_padded() + padded(I.first_block_bucket()));
+    if (I.model->part().post) max_gathered = std::max(max_gathered, I.outer_padded());
     max_gathered *= param_size;
   }
   p.params_gathered = max_gathered;
@@ -731,7 +735,7 @@ MemoryPlan ZeroEngine::plan() const {
   // next being built); at stage 3 the gradients of the embeddings' and the
   // head's buckets are also held from the head's backward to the embeddings'.
   p.grads_staging = 2 * max_staging;
-  if (I.cfg.stage == 3) p.grads_staging += (I.buckets[0].padded + (I.wte_bucket == 0 ? 0 : I.buckets[I.wte_bucket].padded)) * param_size;
+  if (I.cfg.stage == 3) p.grads_staging += I.outer_padded() * param_size;
   p.grads_device += p.grads_staging;
   return p;
 }
