@@ -1,20 +1,30 @@
-// zlm_bench_optimizer: seconds per optimizer step of the ZeRO engine on one
-// rank (the part of a step that DeepSpeed's users of CPU offload see dominate:
+// zlm_bench_optimizer: seconds per optimizer step of the ZeRO engine (stage 1)
+// (the part of a step that DeepSpeed's users of CPU offload see dominate:
 // docs/benchmarks.md, "The optimizer step on the CPU"), for a GPT-2 of the given shape. Each iteration runs
 // one tiny forward/backward (untimed, so that the gradients come from the
 // engine's own hooks), then times reduce_grads() + the norm + step(): the gradient norm,
-// clipping and AdamW over every parameter, and with --offload the copies to and
-// from the CPU master weights. Prints one JSON line.
-//   zlm_bench_optimizer --layers 12 --hidden 1024 --iters 5 [--offload] [--device cuda]
+// clipping and AdamW over this rank's shard, the data-parallel reduce-scatter
+// and all-gather when several ranks run, and with --offload the copies to and
+// from the CPU master weights. Rank 0 prints one JSON line.
+// Several ranks: started by any launcher (RANK, WORLD_SIZE, MASTER_ADDR, ...: dist_env.h).
+// --dump DIR: instead of timing, one step on gradients also computed by plain
+// autograd, written for tests/bench/baseline_optimizer.py's check:
+// DIR/manifest.json (the gradient norm; name, shape, offset of every parameter) and the float32
+// parameters before (p0.bin), gradients (grad.bin) and parameters after the
+// step (p1.bin), each concatenated in manifest order.
+//   zlm_bench_optimizer --layers 12 --hidden 1024 --iters 5 [--offload] [--device cuda] [--dump DIR]
 #include <torch/torch.h>
 
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <string>
+#include <vector>
 
 #include "common/core/error.h"
 #include "common/core/json_writer.h"
+#include "common/core/output_file.h"
 #include "trainer/comm.h"
 #include "trainer/device_memory.h"
 #include "trainer/dist_env.h"
@@ -24,11 +34,67 @@
 
 namespace {
 
+using namespace zlm::trainer;
+
+// Every parameter's float32 values, concatenated in named_parameters() order.
+std::string concat(const std::vector<torch::Tensor>& tensors) {
+  std::string out;
+  for (const auto& t : tensors) {
+    auto c = t.detach().to(torch::kCPU, torch::kFloat).contiguous();
+    out.append(static_cast<const char*>(c.data_ptr()), static_cast<size_t>(c.numel()) * sizeof(float));
+  }
+  return out;
+}
+
+// The --dump check: gradients from plain autograd (before the engine exists, so
+// none of its hooks run), then the engine's step on the same micro-batch
+// (gradients averaged over identical ranks: the same values), written out.
+int dump_one_step(Gpt2& model, Comm& comm, const ZeroConfig& zc, const torch::Device& device, const torch::Tensor& tokens,
+                  const std::string& dir, int rank) {
+  std::vector<std::string> names;
+  std::vector<torch::Tensor> p0, grads;
+  model->loss(tokens, tokens).backward();
+  for (auto& item : model->named_parameters()) {
+    names.push_back(item.key());
+    p0.push_back(item.value().detach().clone());
+    grads.push_back(item.value().grad().clone());
+    item.value().mutable_grad() = torch::Tensor();
+  }
+  ZeroEngine engine(model, comm, zc, device);
+  engine.begin_step(1);
+  model->loss(tokens, tokens).backward();
+  engine.after_backward();
+  engine.reduce_grads(1.0 / comm.world());
+  const double norm = std::sqrt(engine.grad_sum_of_squares());
+  engine.step(1e-4, norm > 1.0 ? 1.0 / norm : 1.0);
+  const auto state = engine.gather_state();  // collective; full tensors on rank 0
+  if (rank != 0) return 0;
+  std::vector<torch::Tensor> p1;
+  std::string manifest = "[";
+  int64_t offset = 0;
+  for (size_t i = 0; i < names.size(); ++i) {
+    p1.push_back(state.params.at(names[i]));
+    manifest += (i ? ", " : "") + zlm::JsonObject()
+                                      .add("name", names[i])
+                                      .add_raw("shape", zlm::json_array(p0[i].sizes().vec()))
+                                      .add("offset", offset)
+                                      .str();
+    offset += p0[i].numel();
+  }
+  std::filesystem::create_directories(dir);
+  zlm::write_file_atomic(dir + "/manifest.json",
+                         zlm::JsonObject().add("grad_norm", norm).add_raw("params", manifest + "]").str() + "\n");
+  zlm::write_file_atomic(dir + "/p0.bin", concat(p0));
+  zlm::write_file_atomic(dir + "/grad.bin", concat(grads));
+  zlm::write_file_atomic(dir + "/p1.bin", concat(p1));
+  std::printf("%s\n", zlm::JsonObject().add("dumped", dir).add("params", offset).add("grad_norm", norm).str().c_str());
+  return 0;
+}
+
 int run(int argc, char** argv) {
-  using namespace zlm::trainer;
   int64_t layers = 12, hidden = 1024, heads = 16, vocab = 50304, iters = 5;
   bool offload = false;
-  std::string device_name = "cpu";
+  std::string device_name = "cpu", dump_dir;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() -> std::string {
@@ -48,8 +114,9 @@ int run(int argc, char** argv) {
     else if (a == "--iters") iters = count();
     else if (a == "--offload") offload = true;
     else if (a == "--device") device_name = next();
+    else if (a == "--dump") dump_dir = next();
     else if (a == "--help") {
-      std::puts("zlm_bench_optimizer --layers L --hidden H [--heads N] [--vocab V] [--iters N] [--offload] [--device cpu|cuda]");
+      std::puts("zlm_bench_optimizer --layers L --hidden H [--heads N] [--vocab V] [--iters N] [--offload] [--device cpu|cuda] [--dump DIR]");
       return 0;
     } else {
       throw zlm::Error(zlm::ErrorKind::Usage, "unknown flag %s (see --help)", a.c_str());
@@ -62,12 +129,14 @@ int run(int argc, char** argv) {
                  .hidden_dropout = 0, .attention_dropout = 0};
   Gpt2 model(cfg);
   model->to(device);
-  auto comm = make_comm(DistEnv{}, "gloo", -1, std::chrono::minutes(1));
+  const DistEnv env = dist_env_from_process();
+  auto comm = make_comm(env, "gloo", -1, std::chrono::minutes(1));
+  auto tokens = torch::randint(vocab, {1, 8}, torch::TensorOptions().dtype(torch::kLong).device(device));
   ZeroConfig zc;
   zc.stage = 1;
   zc.offload_optimizer = offload;
+  if (!dump_dir.empty()) return dump_one_step(model, *comm, zc, device, tokens, dump_dir, env.rank);
   ZeroEngine engine(model, *comm, zc, device);
-  auto tokens = torch::randint(vocab, {1, 8}, torch::TensorOptions().dtype(torch::kLong).device(device));
   double total = 0;
   for (int64_t it = 0; it <= iters; ++it) {  // iteration 0 warms up (first-touch of the Adam moments)
     engine.begin_step(1);
@@ -75,14 +144,16 @@ int run(int argc, char** argv) {
     engine.after_backward();
     if (device.is_cuda()) torch::cuda::synchronize();
     auto t0 = std::chrono::steady_clock::now();
-    engine.reduce_grads(1.0);
+    engine.reduce_grads(1.0 / comm->world());  // the mean over ranks, as the trainer's
     const double norm = std::sqrt(engine.grad_sum_of_squares());
     engine.step(1e-4, norm > 1.0 ? 1.0 / norm : 1.0);
     if (device.is_cuda()) torch::cuda::synchronize();
     if (it > 0) total += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
+  if (env.rank != 0) return 0;
   std::printf("%s\n", zlm::JsonObject()
                           .add("impl", offload ? "zerolm (offload)" : "zerolm")
+                          .add("ranks", env.world_size)
                           .add("params", model->num_parameters())
                           .add("seconds_per_step", total / static_cast<double>(iters))
                           .add("threads", at::get_num_threads())

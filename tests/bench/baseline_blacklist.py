@@ -2,7 +2,8 @@
 (tldextract domain, extension suffixes, length, the URL regex, a set for
 duplicates) over one URL file, one process. Also makes the synthetic input.
   baseline_blacklist.py make OUT N        # N seeded synthetic URLs
-  baseline_blacklist.py run IN            # prints "seconds urls accepted"
+  baseline_blacklist.py run IN OUT        # prints "seconds urls accepted"; OUT: the
+                                          # accepted URLs, sorted (written after timing)
 """
 import os
 import random
@@ -50,4 +51,7 @@ for line in open(sys.argv[2], encoding="utf-8"):
     if len(url) <= 8 or not URL_RE.match(url) or url in seen:
         continue
     seen.add(url)
-print(f"{time.perf_counter() - t0:.3f} {n} {len(seen)}")
+seconds = time.perf_counter() - t0
+with open(sys.argv[3], "w", encoding="utf-8") as f:
+    f.writelines(u + "\n" for u in sorted(seen))
+print(f"{seconds:.3f} {n} {len(seen)}")

@@ -13,6 +13,14 @@ under a 1-iteration warm-up, then constant), on 2 CPU processes over Gloo:
   pp  PyTorch's pipelining (torch.distributed.pipelining): two stages split at
       the middle layer, Schedule1F1B; the last stage holds a copy of the tied
       embedding whose gradient is summed with the first stage's each step.
+  dp  data parallel over WORLD processes (environment, default 2):
+      DistributedDataParallel + ZeroRedundancyOptimizer (PyTorch's ZeRO-1),
+      micro-batches accumulated under no_sync(); each rank reads Megatron's
+      slice of every global batch (rank r: micro-batch m's samples
+      m*MICRO*WORLD + r*MICRO ...).
+The optimizer is torch.optim.AdamW(fused=True) on plain tensors (PyTorch's
+fused CPU kernel, as pretrain_gpt's step is fused); DTensors (TP) take the
+default implementation, which the fused kernel does not accept.
 
 Writes one JSON line per iteration (loss, seconds) from the rank that has the loss.
 
@@ -110,14 +118,18 @@ def start_iteration(opts, it, lr):
             g["lr"] = 0.0 if it == 1 else lr
 
 
+def decay_groups(ps):
+    return [{"params": [p for p in ps if p.dim() >= 2], "weight_decay": 0.01},
+            {"params": [p for p in ps if p.dim() < 2], "weight_decay": 0.0}]
+
+
 def optimizers(params, lr):
-    """AdamW, decay on weights only; plain tensors and DTensors in separate optimizers (foreach cannot mix them)."""
+    """AdamW, decay on weights only; plain tensors (fused) and DTensors in separate optimizers."""
     from torch.distributed.tensor import DTensor
     groups = {}
     for p in params:
         groups.setdefault(isinstance(p, DTensor), []).append(p)
-    return [torch.optim.AdamW([{"params": [p for p in ps if p.dim() >= 2], "weight_decay": 0.01},
-                               {"params": [p for p in ps if p.dim() < 2], "weight_decay": 0.0}], lr=lr) for ps in groups.values()]
+    return [torch.optim.AdamW(decay_groups(ps), lr=lr, fused=not is_dt) for is_dt, ps in groups.items()]
 
 
 def clip(params, max_norm, shared_sq_fn):
@@ -141,10 +153,10 @@ def clip(params, max_norm, shared_sq_fn):
         p.grad.mul_(coef)
 
 
-def worker(rank, a, port):
+def worker(rank, a, port, world):
     torch.set_num_threads(1)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=2)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
     mode, ckpt, data, index = a[0], a[1], a[2], a[3]
     L, H, HEADS, SEQ, MICRO, GLOBAL, ITERS = map(int, a[4:11])
     LR, CLIP, out = float(a[11]), float(a[12]), a[13]
@@ -184,6 +196,34 @@ def worker(rank, a, port):
             for o in opts:
                 o.step()
             records.append({"iteration": it, "lm_loss": total / M, "seconds": time.perf_counter() - t0})
+        keep = rank == 0
+    elif mode == "dp":
+        from torch.distributed.optim import ZeroRedundancyOptimizer
+        from torch.nn.parallel import DistributedDataParallel as DDP
+        part = Part(vocab, SEQ, H, HEADS, 0, L, True, True)
+        load(part, ckpt)
+        model = DDP(part)
+        params = list(model.parameters())
+        opt = ZeroRedundancyOptimizer(decay_groups(params), optimizer_class=torch.optim.AdamW, lr=LR, fused=True)
+        steps = GLOBAL // (MICRO * world)
+
+        def norm_sq(sq, split):
+            return sq  # DDP's gradients are already averaged over the ranks
+        for it in range(1, ITERS + 1):
+            t0 = time.perf_counter()
+            start_iteration([opt], it, LR)
+            total = torch.zeros((), dtype=torch.float64)
+            for m in range(steps):
+                batch = get((it - 1) * GLOBAL + m * MICRO * world + rank * MICRO, MICRO)
+                with model.no_sync() if m < steps - 1 else torch.enable_grad():
+                    logits = model(batch[:, :-1])
+                    loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), batch[:, 1:].reshape(-1))
+                    (loss / steps).backward()
+                total += loss.item()
+            clip(params, CLIP, norm_sq)
+            opt.step()
+            dist.all_reduce(total)  # the loss averaged over every micro-batch of the global batch
+            records.append({"iteration": it, "lm_loss": total.item() / (steps * world), "seconds": time.perf_counter() - t0})
         keep = rank == 0
     else:
         from torch.distributed.pipelining import PipelineStage, Schedule1F1B
@@ -233,7 +273,8 @@ def main():
     s.bind(("127.0.0.1", 0))
     port = s.getsockname()[1]
     s.close()
-    mp.spawn(worker, args=(sys.argv[1:], port), nprocs=2, join=True)
+    world = int(os.environ.get("WORLD", "2")) if sys.argv[1] == "dp" else 2
+    mp.spawn(worker, args=(sys.argv[1:], port, world), nprocs=world, join=True)
 
 
 if __name__ == "__main__":

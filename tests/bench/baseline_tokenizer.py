@@ -1,7 +1,11 @@
-"""Reference tokenizers on the same input as bench_tokenizer.cpp: the
-OpenWebText fixture texts repeated REPEAT times, one thread.
-Prints "tiktoken_MBps hf_MBps" (MB = 10^6 bytes of UTF-8 text).
-  baseline_tokenizer.py DATA_DIR REPEAT"""
+"""Reference tokenizers on the same input as bench_tokenizer.cpp: the 1000
+OpenWebText fixture texts (4.7 MB, no repetition), one thread. Before any
+figure is printed, both tokenizers' ids must agree with each other and with the
+token counts of tests/data/tokenizer/owt_hashes.txt (exit 1 otherwise; checked
+after the timed passes so that the first one is a cold start).
+Prints "tiktoken_first tiktoken_best hf_first hf_best" in MB/s (10^6 bytes of
+UTF-8 text): the first pass of a freshly loaded encoder, and the best of RUNS.
+  baseline_tokenizer.py DATA_DIR [RUNS]"""
 import json
 import os
 import sys
@@ -10,22 +14,30 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "reference"))
 from make_tokenizer_goldens import load  # noqa: E402
 
-data, repeat = sys.argv[1], int(sys.argv[2])
-tk, hf = load(os.path.join(data, "gpt2", "gpt2-vocab.json"), os.path.join(data, "gpt2", "gpt2-merges.txt"))
-texts = [json.loads(l)["text"] for l in open(os.path.join(data, "megatron", "openwebtext-1000.decoded.jsonl"), encoding="utf-8")] * repeat
+data = sys.argv[1]
+runs = int(sys.argv[2]) if len(sys.argv) > 2 else 5
+vocab, merges = os.path.join(data, "gpt2", "gpt2-vocab.json"), os.path.join(data, "gpt2", "gpt2-merges.txt")
+texts = [json.loads(l)["text"] for l in open(os.path.join(data, "megatron", "openwebtext-1000.decoded.jsonl"), encoding="utf-8")]
 nbytes = sum(len(t.encode("utf-8")) for t in texts)
 
 
-def best(fn, runs):
-    b = float("inf")
-    for _ in range(runs):
+def passes(fn, n):
+    """Seconds of the first pass and of the best of n passes."""
+    times = []
+    for _ in range(n):
         t = time.perf_counter()
         fn()
-        b = min(b, time.perf_counter() - t)
-    return b
+        times.append(time.perf_counter() - t)
+    return times[0], min(times)
 
 
-tk.encode_ordinary(texts[0])
-t_tk = best(lambda: [tk.encode_ordinary(t) for t in texts], 3)
-t_hf = best(lambda: [hf.encode(t, add_special_tokens=False) for t in texts], 1)
-print(f"{nbytes / t_tk / 1e6:.1f} {nbytes / t_hf / 1e6:.1f}")
+tk, hf = load(vocab, merges)
+tk_first, tk_best = passes(lambda: [tk.encode_ordinary(t) for t in texts], runs)
+hf_first, hf_best = passes(lambda: [hf.encode(t, add_special_tokens=False) for t in texts], max(1, runs // 2))
+
+counts = [int(line.split()[0]) for line in open(os.path.join(data, "tokenizer", "owt_hashes.txt"))]
+for i, t in enumerate(texts):
+    a, b = tk.encode_ordinary(t), hf.encode(t, add_special_tokens=False).ids
+    if a != b or len(a) != counts[i]:
+        sys.exit(f"baseline_tokenizer: document {i + 1}: tiktoken, tokenizers and the reference counts disagree")
+print(" ".join(f"{nbytes / s / 1e6:.2f}" for s in (tk_first, tk_best, hf_first, hf_best)))

@@ -1,23 +1,20 @@
 #!/usr/bin/env bash
-# blacklist_urls vs a Python baseline of Megatron's blacklist_urls.py
-# (tldextract + the same regex), same synthetic URL list (N, default 1M), one core each.
-set -euo pipefail
-cd "$(dirname "$0")/../.."
-BIN=${BIN:-build/bin} PY=.venv/bin/python N=${N:-1000000}
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+# blacklist_urls against a Python baseline of Megatron's blacklist_urls.py
+# (tldextract + the same regex and rules), one core each, on the same seeded
+# synthetic URL list (N URLs, default 1M). Before any time is printed, the
+# sorted accepted sets of both sides must be identical (cmp).
+#   tests/bench/bench_blacklist.sh     (N, RUNS; SMOKE=1: 20000 URLs, one run)
+source "$(dirname "$0")/lib.sh"
+N=${N:-$([[ $SMOKE == 1 ]] && echo 20000 || echo 1000000)}
+export LC_ALL=C
 $PY tests/bench/baseline_blacklist.py make "$work/urls.txt" "$N"
-best=999999
-for run in 1 2 3; do
-  t0=$(date +%s.%N)
-  taskset -c 0 "$BIN/blacklist_urls" "$work/urls.txt" "$work/out.txt" --threads 1 -q
-  t1=$(date +%s.%N)
-  best=$(echo "t=$t1 - $t0; if (t < $best) t else $best" | bc -l)
-done
-read -r py_s py_n py_acc < <(taskset -c 0 $PY tests/bench/baseline_blacklist.py run "$work/urls.txt")
-ours_acc=$(wc -l < "$work/out.txt")
-echo "| tool | URLs/s (1 core) | accepted |"
-echo "|---|---|---|"
-printf "| zerolm blacklist_urls | %.0f | %d |\n" "$(echo "$N/$best" | bc -l)" "$ours_acc"
-printf "| Python (tldextract + re, Megatron's logic) | %.0f | %d |\n" "$(echo "$py_n/$py_s" | bc -l)" "$py_acc"
-printf "speed-up: %.1fx\n" "$(echo "$py_s/$best" | bc -l)"
+ours_s=$(best_of taskset -c 0 "$BIN/blacklist_urls" "$work/urls.txt" "$work/out.txt" --threads 1 -q)
+read -r py_s py_n py_acc < <(taskset -c 0 $PY tests/bench/baseline_blacklist.py run "$work/urls.txt" "$work/py.txt") ||
+  fail "baseline_blacklist.py"
+sort "$work/out.txt" > "$work/ours.txt"
+cmp -s "$work/ours.txt" "$work/py.txt" || { diff "$work/ours.txt" "$work/py.txt" | head -n 10 >&2; fail "the accepted URLs differ from the Python baseline's"; }
+echo "| blacklist_urls, $N synthetic URLs, 1 core | URLs/s | accepted | speed-up |"
+echo "|---|---|---|---|"
+printf "| zerolm blacklist_urls (best of $RUNS) | %.0f | %d | %.1fx |\n" "$(calc "$N / $ours_s")" "$(wc -l < "$work/ours.txt")" \
+  "$(calc "$py_s / $ours_s")"
+printf "| Python (tldextract + re, Megatron's logic) | %.0f | %d | 1.0x |\n" "$(calc "$py_n / $py_s")" "$py_acc"

@@ -1,29 +1,41 @@
 #!/usr/bin/env bash
-# cleanup vs a Python baseline of Megatron's cleanup_dataset.py (ftfy + seeded
-# langdetect + GPT-2 token count) on the same documents (the 1000 OpenWebText
-# fixture texts), one core each. Prints docs/s and the per-core ratio. The
-# baseline times its loop only (no start-up); ours runs the texts REPEAT times
-# (default 8) in one process so that start-up (vocab load, tables) is amortised.
-set -euo pipefail
-cd "$(dirname "$0")/../.."
-BIN=${BIN:-build/bin} PY=.venv/bin/python DATA=tests/data
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-awk '{sub(/^\{/, "{\"url\": \"u" NR "\", "); print}' $DATA/megatron/openwebtext-1000.decoded.jsonl > "$work/in.jsonl"
-docs=$(wc -l < "$work/in.jsonl")
-for i in $(seq ${REPEAT:-8}); do cat "$work/in.jsonl"; done > "$work/in_rep.jsonl"
-ours_docs=$(wc -l < "$work/in_rep.jsonl")
-best=999999
-for run in 1 2 3; do
-  t0=$(date +%s.%N)
-  taskset -c 0 "$BIN/cleanup" "$work/in_rep.jsonl" "$work/out.jsonl" --vocab-file $DATA/gpt2/gpt2-vocab.json \
-    --merge-file $DATA/gpt2/gpt2-merges.txt --workers 1 -q
-  t1=$(date +%s.%N)
-  best=$(echo "t=$t1 - $t0; if (t < $best) t else $best" | bc -l)
-done
-read -r py_s py_docs py_kept < <(taskset -c 0 $PY tests/bench/baseline_cleanup.py "$work/in.jsonl" $DATA/gpt2/gpt2-vocab.json $DATA/gpt2/gpt2-merges.txt)
-echo "| cleanup, 1 core, $docs OpenWebText documents | docs/s | kept |"
-echo "|---|---|---|"
-printf "| zerolm cleanup (fix_text + CLD2 + GPT-2 count) | %.0f | %d of %d |\n" "$(echo "$ours_docs/$best" | bc -l)" "$(wc -l < "$work/out.jsonl")" "$ours_docs"
-printf "| Python (ftfy + langdetect + tiktoken), as cleanup_dataset.py | %.0f | %d of %d |\n" "$(echo "$py_docs/$py_s" | bc -l)" "$py_kept" "$py_docs"
-printf "speed-up per core: %.1fx\n" "$(echo "($ours_docs/$best) / ($py_docs/$py_s)" | bc -l)"
+# cleanup against a Python baseline of Megatron's cleanup_dataset.py (ftfy +
+# seeded langdetect + GPT-2 token count), one core each, on the same documents:
+# the 1000 OpenWebText fixture texts, each run once per process (start-up
+# included on our side; the baseline times its loop only). Two rows for ours:
+# the default (language ID on the first 4 KiB of each text) and
+# --lang-id-bytes 0 (the whole text, as the baseline reads it). Before any
+# time is printed, the kept documents of both sides are compared: CLD2 and
+# langdetect are different classifiers, so they may disagree on a few mixed or
+# short texts; more than MAX_DIFF (default 1%) differing documents fail.
+#   tests/bench/bench_cleanup.sh     (RUNS; SMOKE=1: 200 documents, one run)
+source "$(dirname "$0")/lib.sh"
+docs=$([[ $SMOKE == 1 ]] && echo 200 || echo 1000)
+head -n $docs $DATA/megatron/openwebtext-1000.decoded.jsonl |
+  awk '{sub(/^\{/, "{\"url\": \"u" NR "\", "); print}' > "$work/in.jsonl"
+MAX_DIFF=${MAX_DIFF:-$((docs / 100))}
+ours() {  # ours NAME ARGS...: best seconds; kept urls in $work/NAME.urls
+  local name=$1
+  shift
+  best_of taskset -c 0 "$BIN/cleanup" "$work/in.jsonl" "$work/$name.jsonl" --vocab-file $DATA/gpt2/gpt2-vocab.json \
+    --merge-file $DATA/gpt2/gpt2-merges.txt --workers 1 -q "$@"
+  $PY -c 'import json,sys; [print(json.loads(l)["url"]) for l in open(sys.argv[1])]' "$work/$name.jsonl" > "$work/$name.urls"
+}
+ours_s=$(ours default)
+ours_all_s=$(ours whole --lang-id-bytes 0)
+read -r py_s py_docs py_kept < <(taskset -c 0 $PY tests/bench/baseline_cleanup.py "$work/in.jsonl" \
+  $DATA/gpt2/gpt2-vocab.json $DATA/gpt2/gpt2-merges.txt "$work/py.urls") || fail "baseline_cleanup.py"
+differ() { comm -3 <(sort "$1") <(sort "$2") | wc -l; }
+d_default=$(differ "$work/default.urls" "$work/py.urls")
+d_whole=$(differ "$work/whole.urls" "$work/py.urls")
+echo "kept documents that differ from the baseline's: $d_default (4 KiB language ID), $d_whole (whole text); limit $MAX_DIFF" >&2
+((d_default <= MAX_DIFF && d_whole <= MAX_DIFF)) || { comm -3 <(sort "$work/whole.urls") <(sort "$work/py.urls") | head >&2
+  fail "more than $MAX_DIFF kept documents differ from the baseline's"; }
+echo "| cleanup, 1 core, $docs OpenWebText documents | docs/s | kept | differ from baseline | speed-up |"
+echo "|---|---|---|---|---|"
+printf "| zerolm cleanup (fix_text + CLD2 on the first 4 KiB + GPT-2 count) | %.0f | %d | %d | %.1fx |\n" \
+  "$(calc "$docs / $ours_s")" "$(wc -l < "$work/default.urls")" "$d_default" "$(calc "$py_s / $ours_s")"
+printf "| zerolm cleanup --lang-id-bytes 0 (CLD2 on the whole text) | %.0f | %d | %d | %.1fx |\n" \
+  "$(calc "$docs / $ours_all_s")" "$(wc -l < "$work/whole.urls")" "$d_whole" "$(calc "$py_s / $ours_all_s")"
+printf "| Python (ftfy + langdetect + tiktoken), as cleanup_dataset.py | %.0f | %d | - | 1.0x |\n" \
+  "$(calc "$py_docs / $py_s")" "$py_kept"

@@ -1,36 +1,32 @@
 #!/usr/bin/env bash
-# pretrain_gpt data parallel with ZeRO on CPU (W processes over Gloo) vs the
-# PyTorch equivalent in Python: DistributedDataParallel + ZeroRedundancyOptimizer
-# (ZeRO-1) on Hugging Face's GPT2LMHeadModel of the same shape, same batch,
-# accumulation and clipping (tests/bench/baseline_zero.py). One core per
-# process. Prints seconds per iteration, tokens/s and the ratio, and ours for
-# stages 0-3. (The GPU figures need the GPU machine; see docs/benchmarks.md.)
-#   WORLD=2 LAYERS=4 HIDDEN=256 tests/bench/bench_zero.sh
-set -euo pipefail
-cd "$(dirname "$0")/../.."
-BIN=${BIN:-build/bin} PY=.venv/bin/python DATA=tests/data/megatron
-WORLD=${WORLD:-2} LAYERS=${LAYERS:-4} HIDDEN=${HIDDEN:-256} HEADS=${HEADS:-4} SEQ=${SEQ:-128} MICRO=${MICRO:-4} GLOBAL=${GLOBAL:-16}
-ITERS=${ITERS:-20} WARMUP=5
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+# pretrain_gpt data parallel with ZeRO on CPU (W processes over Gloo, one core
+# each) against PyTorch's equivalent: DistributedDataParallel +
+# ZeroRedundancyOptimizer (PyTorch's ZeRO-1) with fused AdamW, on the same GPT-2
+# from the same initial weights and the same samples (tests/bench/baseline_parallel.py dp).
+# Before any time is printed, every run's per-iteration losses must equal our
+# one-process run's within rtol 1e-5, and stages 1, 2 and 3 must equal each
+# other exactly. Prints seconds per iteration (mean after WARMUP), tokens/s and
+# the ratio, for our stages 0-3. (GPU figures: tests/bench/gpu/.)
+#   WORLD=2 LAYERS=4 HIDDEN=256 tests/bench/bench_zero.sh    (SMOKE=1: 2 layers, hidden 64, 4 iterations)
+source "$(dirname "$0")/lib.sh"
+[[ $SMOKE == 1 ]] && { LAYERS=2 HIDDEN=64 ITERS=4 WARMUP=1; }
+export WORLD=${WORLD:-2}
+LAYERS=${LAYERS:-4} HIDDEN=${HIDDEN:-256} HEADS=${HEADS:-4} SEQ=${SEQ:-128} MICRO=${MICRO:-4} GLOBAL=${GLOBAL:-16}
+ITERS=${ITERS:-20} WARMUP=${WARMUP:-5} LR=1e-4 CLIP=1.0
 export OMP_NUM_THREADS=1
-ours() {  # ours STAGE -> seconds per iteration over iterations WARMUP+1..ITERS
-  $BIN/pretrain_gpt --num-layers $LAYERS --hidden-size $HIDDEN --num-attention-heads $HEADS --seq-length $SEQ \
-    --max-position-embeddings $SEQ --micro-batch-size $MICRO --global-batch-size $GLOBAL --train-iters $ITERS --lr 1e-4 \
-    --clip-grad 1.0 --data-path $DATA/meg-gpt2-openwebtext_text_document --vocab-file $DATA/gpt2-tiny-vocab.json \
-    --split 949,50,1 --log-interval $WARMUP --eval-interval 100000 --eval-iters 0 --hidden-dropout 0 --attention-dropout 0 \
-    --distributed-backend gloo --data-cache-path "$work/cache" --nproc-per-node $WORLD --zero-stage "$@" > "$work/ours.log" 2>&1
-  # The mean of the intervals after the first (warm-up) one.
-  grep ' iteration ' "$work/ours.log" | tail -n +2 | sed 's/.*per iteration (s): \([0-9.]*\).*/\1/' | awk '{s+=$1; n++} END {printf "%.4f\n", s/n}'
-}
+pretrain init 1
+pretrain one $ITERS
+for stage in 0 1 2 3; do pretrain z$stage $ITERS --nproc-per-node $WORLD --zero-stage $stage; done
+torch_baseline dp "$work/torch_dp.jsonl"
+same_losses 1e-5 "$work/one/metrics.jsonl" "$work"/z{0,1,2,3}/metrics.jsonl "$work/torch_dp.jsonl" ||
+  fail "the runs' losses differ"
+same_losses 0 "$work/z1/metrics.jsonl" "$work/z2/metrics.jsonl" "$work/z3/metrics.jsonl" || fail "stages 1-3 differ"
 tokens=$((GLOBAL * SEQ))
-base=$($PY tests/bench/baseline_zero.py $WORLD $LAYERS $HIDDEN $HEADS $SEQ 5120 $MICRO $GLOBAL $ITERS $WARMUP)
-echo "| GPT-2 $LAYERS layers, hidden $HIDDEN, seq $SEQ, global batch $GLOBAL (micro $MICRO), $WORLD CPU processes (Gloo) | s/iteration | tokens/s |"
-echo "|---|---|---|"
-printf "| PyTorch DDP + ZeroRedundancyOptimizer (Python, HF GPT2LMHeadModel) | %.3f | %.0f |\n" "$base" "$(echo "$tokens/$base" | bc -l)"
+base=$(mean_seconds "$work/torch_dp.jsonl")
+echo "| GPT-2 $LAYERS layers, hidden $HIDDEN, seq $SEQ, global batch $GLOBAL (micro $MICRO), $WORLD CPU processes (Gloo) | s/iteration | tokens/s | PyTorch / zerolm |"
+echo "|---|---|---|---|"
+printf "| PyTorch DDP + ZeroRedundancyOptimizer(AdamW fused) | %.3f | %.0f | |\n" "$base" "$(calc "$tokens / $base")"
 for stage in 0 1 2 3; do
-  s=$(ours $stage)
-  printf "| zerolm pretrain_gpt --zero-stage %d | %.3f | %.0f |\n" $stage "$s" "$(echo "$tokens/$s" | bc -l)"
-  [[ $stage == 1 ]] && one=$s
+  s=$(mean_seconds "$work/z$stage/metrics.jsonl")
+  printf "| zerolm pretrain_gpt --zero-stage %d | %.3f | %.0f | %.2fx |\n" $stage "$s" "$(calc "$tokens / $s")" "$(calc "$base / $s")"
 done
-printf "speed-up of ZeRO-1 over PyTorch's ZeRO-1: %.2fx\n" "$(echo "$base/$one" | bc -l)"

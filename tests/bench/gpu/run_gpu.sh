@@ -128,7 +128,7 @@ opt_secs() { sed -n 's/.*"seconds_per_step": \([0-9.e-]*\).*/\1/p' | xargs -r pr
         2>> "$OUT/logs/optimizer.log" | tee -a "$OUT/logs/optimizer.log" | opt_secs)
     echo "| zerolm on ${OPT[3]}${v:+, optimizer offloaded to the CPU} | ${s:-failed (see logs)} |"
   done
-  s=$(timeout 150 $PY tests/bench/baseline_optimizer.py torch ${OPT[0]} ${OPT[1]} 50304 3 2>> "$OUT/logs/optimizer.log" |
+  s=$(timeout 150 $PY tests/bench/baseline_optimizer.py time torch ${OPT[0]} ${OPT[1]} 50304 3 2>> "$OUT/logs/optimizer.log" |
       tee -a "$OUT/logs/optimizer.log" | opt_secs)
   echo "| torch.optim.AdamW(fused=True) on the host CPU | ${s:-failed (see logs)} |"
 } >> "$table"
