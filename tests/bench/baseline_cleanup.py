@@ -9,32 +9,22 @@ import os
 import sys
 import time
 
-import ftfy
-from langdetect import DetectorFactory, detect
-
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "reference"))
+from make_cleanup_goldens import clean  # noqa: E402  (the rules, shared with the golden check)
 from make_tokenizer_goldens import load  # noqa: E402
 
-DetectorFactory.seed = 0
 tk, _ = load(sys.argv[2], sys.argv[3])
 t0 = time.perf_counter()
 docs = kept = 0
 urls = []
 for line in open(sys.argv[1], encoding="utf-8"):
     docs += 1
-    try:
-        doc = json.loads(line)
-        text = ftfy.fix_text(doc["text"])
-        doc["text"] = text
-        if detect(text) != "en":
-            continue
-        if len(text) < 1024 and len(tk.encode_ordinary(text)) + 1 < 128:
-            continue
-        json.dumps(doc, ensure_ascii=False)
-        kept += 1
-        urls.append(doc["url"])
-    except Exception:
+    doc = clean(line, tk)
+    if doc is None:
         continue
+    json.dumps(doc, ensure_ascii=False)
+    kept += 1
+    urls.append(doc["url"])
 seconds = time.perf_counter() - t0
 with open(sys.argv[4], "w", encoding="utf-8") as f:
     f.writelines(u + "\n" for u in urls)

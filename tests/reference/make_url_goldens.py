@@ -52,11 +52,22 @@ def verdict(url, domain, exts):
     return "accepted"
 
 
-with open(os.path.join(DATA, "urls.txt"), encoding="utf-8") as f, \
-        open(os.path.join(DATA, "golden.tsv"), "w", encoding="utf-8") as out:
-    for line in f:
-        url = line.strip()
-        domain = extract(url).domain
-        match = 1 if URL_RE.match(url) else 0
-        out.write(f"{url}\t{domain.lower()}\t{match}\t{verdict(url, domain, EXTS_MEGATRON)}\t"
-                  f"{verdict(url, domain.lower(), EXTS_ZEROLM)}\n")
+def verdict_with(url, domains, exts, lower_domain):
+    """verdict() with another domain list: Megatron's logic, or zerolm's two fixes (lower_domain)."""
+    domain = extract(url).domain
+    if lower_domain:
+        domain = domain.lower()
+    if domain in domains:
+        return "domain_blacklist"
+    return verdict(url, "", exts)
+
+
+if __name__ == "__main__":
+    with open(os.path.join(DATA, "urls.txt"), encoding="utf-8") as f, \
+            open(os.path.join(DATA, "golden.tsv"), "w", encoding="utf-8") as out:
+        for line in f:
+            url = line.strip()
+            domain = extract(url).domain
+            match = 1 if URL_RE.match(url) else 0
+            out.write(f"{url}\t{domain.lower()}\t{match}\t{verdict(url, domain, EXTS_MEGATRON)}\t"
+                      f"{verdict(url, domain.lower(), EXTS_ZEROLM)}\n")
