@@ -1,5 +1,6 @@
 #include "formats/gpt_dataset.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -7,6 +8,7 @@
 #include <string>
 
 #include "common/core/error.h"
+#include "common/core/log.h"
 #include "common/core/mapped_file.h"
 #include "formats/npy.h"
 
@@ -273,6 +275,51 @@ BlendIndex build_blend_index(std::span<const double> w, int64_t size) {
     b.dataset_sample.push_back(used[best]++);
   }
   return b;
+}
+
+GptSamples::GptSamples(std::vector<const MegatronReader*> readers, std::span<const double> normalized, const std::string& split,
+                       int split_index, int64_t num_samples, int64_t seq_length, uint32_t seed, const std::string& cache_dir)
+    : readers_(std::move(readers)) {
+  if (num_samples <= 0) return;
+  std::vector<int64_t> targets = readers_.size() == 1 ? std::vector<int64_t>{num_samples} : blend_targets_legacy(num_samples, normalized);
+  static const char* kNames[3] = {"train", "valid", "test"};
+  for (size_t d = 0; d < readers_.size(); ++d) {
+    auto ranges = split_ranges_legacy(split, static_cast<int64_t>(readers_[d]->num_sequences()));
+    if (ranges[split_index].size() <= 0) {
+      indexes_.emplace_back();
+      continue;
+    }
+    bool loaded = false;
+    std::string why;
+    indexes_.push_back(std::make_unique<GptIndex>(build_gpt_index_cached(*readers_[d], ranges[split_index], kNames[split_index], targets[d],
+                                                                         seq_length, seed, &loaded, &why, cache_dir)));
+    if (loaded) ZLM_LOG_INF(" > loaded %s index cache of %s", kNames[split_index], readers_[d]->prefix().c_str());
+    if (!why.empty()) ZLM_LOG_WRN("could not write the %s index cache (%s); continuing without it", kNames[split_index], why.c_str());
+  }
+  if (readers_.size() > 1) {
+    int64_t total = 0;
+    for (const auto& ix : indexes_) total += ix ? ix->num_samples() : 0;
+    blend_ = build_blend_index(normalized, total);
+  }
+}
+
+bool GptSamples::empty() const {
+  return std::none_of(indexes_.begin(), indexes_.end(), [](const auto& ix) { return ix && ix->num_samples() > 0; });
+}
+
+int64_t GptSamples::size() const {
+  if (readers_.size() > 1) return static_cast<int64_t>(blend_.dataset.size());
+  return indexes_.empty() || !indexes_[0] ? 0 : indexes_[0]->num_samples();
+}
+
+std::vector<int64_t> GptSamples::sample(int64_t i) const {
+  size_t d = 0;
+  int64_t j = i % std::max<int64_t>(1, size());
+  if (readers_.size() > 1) {
+    d = blend_.dataset[static_cast<size_t>(j)];
+    j = blend_.dataset_sample[static_cast<size_t>(j)] % indexes_[d]->num_samples();
+  }
+  return gpt_sample(*readers_[d], *indexes_[d], j);
 }
 
 }  // namespace zlm::formats

@@ -18,8 +18,10 @@
 
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <random>
 #include <span>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -101,5 +103,25 @@ struct BlendIndex {
   std::vector<int64_t> dataset_sample;  // its sample index there
 };
 BlendIndex build_blend_index(std::span<const double> normalized, int64_t size);
+
+// The samples of one split (0 train, 1 valid, 2 test) of one dataset or of a
+// blend, as pretrain_gpt feeds them: each dataset's index is built (or loaded
+// from its cache, see build_gpt_index_cached) for its blend target, and the
+// blend runs over the sum of the datasets' sample counts. sample(i) wraps
+// around past size(), like another pass over the shuffled index. `readers`
+// must outlive this object; `normalized` from normalize_blend_weights.
+class GptSamples {
+ public:
+  GptSamples(std::vector<const MegatronReader*> readers, std::span<const double> normalized, const std::string& split,
+             int split_index, int64_t num_samples, int64_t seq_length, uint32_t seed, const std::string& cache_dir);
+  bool empty() const;
+  int64_t size() const;
+  std::vector<int64_t> sample(int64_t i) const;
+
+ private:
+  std::vector<const MegatronReader*> readers_;
+  std::vector<std::unique_ptr<GptIndex>> indexes_;  // null for a dataset whose split is empty
+  BlendIndex blend_;
+};
 
 }  // namespace zlm::formats

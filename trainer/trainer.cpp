@@ -54,60 +54,7 @@ void install_stop_handler() {
   for (int sig : {SIGTERM, SIGINT}) sigaction(sig, &sa, nullptr);
 }
 
-// Samples of one split: one dataset, or a blend of several (§5.12).
-class SampleSource {
- public:
-  SampleSource(const std::vector<std::unique_ptr<MegatronReader>>& readers, const std::vector<double>& weights,
-               const std::string& split, int split_index, int64_t num_samples, int64_t seq_length, uint32_t seed,
-               const std::string& cache_dir)
-      : readers_(readers) {
-    if (num_samples <= 0) return;
-    std::vector<int64_t> targets = readers.size() == 1 ? std::vector<int64_t>{num_samples}
-                                                       : formats::blend_targets_legacy(num_samples, weights);
-    for (size_t d = 0; d < readers.size(); ++d) {
-      auto ranges = formats::split_ranges_legacy(split, static_cast<int64_t>(readers[d]->num_sequences()));
-      if (ranges[split_index].size() <= 0) {
-        indexes_.emplace_back();
-        continue;
-      }
-      static const char* kNames[3] = {"train", "valid", "test"};
-      bool loaded = false;
-      std::string why;
-      indexes_.push_back(std::make_unique<GptIndex>(formats::build_gpt_index_cached(
-          *readers[d], ranges[split_index], kNames[split_index], targets[d], seq_length, seed, &loaded, &why, cache_dir)));
-      if (loaded) ZLM_LOG_INF(" > loaded %s index cache of %s", kNames[split_index], readers[d]->prefix().c_str());
-      if (!why.empty()) ZLM_LOG_WRN("could not write the %s index cache (%s); continuing without it", kNames[split_index], why.c_str());
-    }
-    if (readers.size() > 1) {
-      int64_t total = 0;
-      for (const auto& ix : indexes_) total += ix ? ix->num_samples() : 0;
-      blend_ = formats::build_blend_index(weights, total);
-    }
-  }
-  bool empty() const {
-    for (const auto& ix : indexes_)
-      if (ix && ix->num_samples() > 0) return false;
-    return true;
-  }
-  int64_t size() const {
-    if (readers_.size() > 1) return static_cast<int64_t>(blend_.dataset.size());
-    return indexes_.empty() || !indexes_[0] ? 0 : indexes_[0]->num_samples();
-  }
-  std::vector<int64_t> sample(int64_t i) const {
-    size_t d = 0;
-    int64_t j = i % std::max<int64_t>(1, size());  // wrap around like another epoch of the shuffled index
-    if (readers_.size() > 1) {
-      d = blend_.dataset[static_cast<size_t>(j)];
-      j = blend_.dataset_sample[static_cast<size_t>(j)] % indexes_[d]->num_samples();
-    }
-    return formats::gpt_sample(*readers_[d], *indexes_[d], j);
-  }
-
- private:
-  const std::vector<std::unique_ptr<MegatronReader>>& readers_;
-  std::vector<std::unique_ptr<GptIndex>> indexes_;
-  formats::BlendIndex blend_;
-};
+using SampleSource = formats::GptSamples;  // the samples of one split: one dataset or a blend
 
 // (tokens, labels), each (B, T), of `count` consecutive samples from `first`.
 std::pair<torch::Tensor, torch::Tensor> batch(const SampleSource& src, int64_t first, int64_t count, int64_t seq_length,
@@ -365,9 +312,11 @@ void Trainer::build_data() {
   // Rank 0 builds (and caches) the indices first; the others then load the cache.
   auto build = [&] {
     const std::string& cache = a_.data_cache_path;
-    train_src_ = std::make_unique<SampleSource>(readers_, weights, a_.split, 0, a_.train_samples_total(), a_.seq_length, a_.seed, cache);
-    valid_src_ = std::make_unique<SampleSource>(readers_, weights, a_.split, 1, a_.valid_samples(), a_.seq_length, a_.seed, cache);
-    test_src_ = std::make_unique<SampleSource>(readers_, weights, a_.split, 2, a_.test_samples(), a_.seq_length, a_.seed, cache);
+    std::vector<const MegatronReader*> readers;
+    for (const auto& r : readers_) readers.push_back(r.get());
+    train_src_ = std::make_unique<SampleSource>(readers, weights, a_.split, 0, a_.train_samples_total(), a_.seq_length, a_.seed, cache);
+    valid_src_ = std::make_unique<SampleSource>(readers, weights, a_.split, 1, a_.valid_samples(), a_.seq_length, a_.seed, cache);
+    test_src_ = std::make_unique<SampleSource>(readers, weights, a_.split, 2, a_.test_samples(), a_.seq_length, a_.seed, cache);
   };
   if (env_.rank == 0) build();
   world_->barrier();

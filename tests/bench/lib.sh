@@ -45,6 +45,7 @@ gbench_best() {
 pretrain() {
   local name=$1 iters=$2
   shift 2
+  rm -rf "${work:?}/$name"
   $BIN/pretrain_gpt --num-layers $LAYERS --hidden-size $HIDDEN --num-attention-heads $HEADS --seq-length $SEQ \
     --max-position-embeddings $SEQ --micro-batch-size $MICRO --global-batch-size $GLOBAL --train-iters $iters --lr $LR \
     --lr-warmup-iters 1 --lr-decay-style constant --clip-grad $CLIP \
@@ -83,4 +84,11 @@ PYEOF
 # mean_seconds FILE: mean seconds per iteration after WARMUP iterations.
 mean_seconds() {
   $PY -c "import json,sys; r=[json.loads(l) for l in open(sys.argv[1])]; t=[x.get('seconds_per_iteration', x.get('seconds')) for x in r if x.get('iteration',0)>$WARMUP and 'lm_loss' in x and 'split' not in x]; print('%.4f' % (sum(t)/len(t)))" "$1"
+}
+
+# keep_best NAME FILE: BEST[NAME] becomes the smaller of itself and FILE's mean_seconds
+# (the training benches run every side RUNS times, interleaved, and report each side's best).
+declare -A BEST
+keep_best() {
+  BEST[$1]=$(min_of "${BEST[$1]:-}" "$(mean_seconds "$2")")
 }

@@ -4,9 +4,12 @@
 #include <limits>
 #include <ostream>
 
+#include <cstdlib>
+#include <memory>
+
 #include "common/core/error.h"
 #include "common/tokenizer/gpt2_bpe.h"
-#include <memory>
+#include "formats/gpt_dataset.h"
 #include "formats/megatron_mmap.h"
 
 namespace zlm::dataset_info {
@@ -29,8 +32,49 @@ static void dump_document(const MegatronReader& r, int64_t doc, const Gpt2Bpe* b
   }
 }
 
+// --sample: Megatron's --data-path forms, one prefix or weight prefix pairs.
+static int dump_samples(const InfoOptions& o, std::ostream& out, Stats& stats) {
+  std::vector<std::pair<double, std::string>> blend;
+  if (o.data.size() == 1) {
+    blend.emplace_back(1.0, o.data[0]);
+  } else {
+    if (o.data.size() % 2 != 0)
+      throw Error(ErrorKind::Usage, "give one prefix, or weight prefix pairs as Megatron's --data-path (got %zu values)", o.data.size());
+    for (size_t i = 0; i < o.data.size(); i += 2) {
+      char* end = nullptr;
+      double w = std::strtod(o.data[i].c_str(), &end);
+      if (o.data[i].empty() || *end != '\0') throw Error(ErrorKind::Usage, "blend weight '%s' is not a number", o.data[i].c_str());
+      blend.emplace_back(w, o.data[i + 1]);
+    }
+  }
+  std::vector<std::unique_ptr<MegatronReader>> readers;
+  std::vector<const MegatronReader*> views;
+  std::vector<double> weights;
+  for (const auto& [w, prefix] : blend) {
+    readers.push_back(std::make_unique<MegatronReader>(prefix));
+    views.push_back(readers.back().get());
+    weights.push_back(w);
+  }
+  static const char* kNames[3] = {"train", "valid", "test"};
+  int split_index = static_cast<int>(std::find(kNames, kNames + 3, o.split_name) - kNames);
+  if (split_index == 3) throw Error(ErrorKind::Usage, "--split-name must be train, valid or test (got '%s')", o.split_name.c_str());
+  formats::GptSamples samples(views, formats::normalize_blend_weights(weights), o.split, split_index, o.num_samples, o.seq_length,
+                              o.seed, o.data_cache_path);
+  if (samples.empty()) throw Error(ErrorKind::Usage, "--split '%s' leaves the %s split empty", o.split.c_str(), o.split_name.c_str());
+  for (int64_t i = o.sample; i < o.sample + o.sample_count; ++i) {
+    auto ids = samples.sample(i);
+    for (size_t k = 0; k < ids.size(); ++k) out << (k ? " " : "") << ids[k];
+    out << "\n";
+  }
+  stats.set("split_samples", samples.size());
+  stats.set("samples_printed", o.sample_count);
+  return 0;
+}
+
 int run(const InfoOptions& options, std::ostream& out, Stats& stats) {
-  MegatronReader r(options.prefix);  // validates header, sizes, pointers, doc_idx
+  if (options.sample >= 0) return dump_samples(options, out, stats);
+  if (options.data.size() != 1) throw Error(ErrorKind::Usage, "give one dataset prefix (a blend only with --sample)");
+  MegatronReader r(options.data[0]);  // validates header, sizes, pointers, doc_idx
   if (options.doc >= 0) {
     std::unique_ptr<Gpt2Bpe> bpe;
     if (!options.vocab_file.empty() || !options.merge_file.empty())
