@@ -148,7 +148,7 @@ Placement place(const TrainArgs& a, const DistEnv& env) {
   // Mixed precision is Megatron's and DeepSpeed's layout: 16-bit parameters
   // and activations, fp32 master weights and Adam moments in the optimizer
   // (trainer/zero.h). On CPU, where half-precision matrix products are mostly
-  // emulated (70x slower than fp32 on CPUs without AVX512-BF16/AMX),
+  // emulated (tens of times slower than fp32 on CPUs without AVX512-BF16/AMX),
   // --fp16/--bf16 fall back to fp32 unless ZLM_CPU_MIXED_PRECISION=1, which the
   // tests use to run the GPU's mixed-precision code paths on CPU.
   const char* cpu_env = std::getenv("ZLM_CPU_MIXED_PRECISION");
