@@ -434,7 +434,7 @@ bool load_checkpoint(const TrainArgs& a, Gpt2& model, ZeroEngine& engine, Proces
 Gpt2 load_model(const std::string& dir, int64_t* iteration) {
   CheckpointReader r(dir);
   *iteration = r.iteration;
-  Gpt2 model(r.config);
+  Gpt2 model(r.config, ModelPart{}, ParamInit::Empty);  // every parameter is read below
   torch::NoGradGuard no_grad;
   for (auto& item : model->named_parameters()) item.value().copy_(r.full(item.key(), 0));
   model->eval();

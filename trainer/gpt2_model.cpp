@@ -3,6 +3,8 @@
 #include <cmath>
 #include <cstring>
 
+#include <ATen/detail/CUDAHooksInterface.h>
+
 #include "common/core/error.h"
 
 namespace zlm::trainer {
@@ -69,15 +71,25 @@ struct CheckpointFn : public torch::autograd::Function<CheckpointFn> {
 
 }  // namespace
 
-Gpt2BlockImpl::Gpt2BlockImpl(const Gpt2Config& c, const TensorParallel* tp)
+LayerParamsImpl::LayerParamsImpl(const std::vector<int64_t>& weight_shape, int64_t bias_size, ParamInit init) {
+  auto make = [&](const std::vector<int64_t>& shape) {
+    // Deferred: every stride 0, one element of storage, whatever the shape.
+    return init == ParamInit::Deferred ? torch::empty_strided(shape, std::vector<int64_t>(shape.size(), 0)) : torch::empty(shape);
+  };
+  weight = register_parameter("weight", make(weight_shape));
+  if (bias_size > 0) bias = register_parameter("bias", make({bias_size}));
+}
+
+Gpt2BlockImpl::Gpt2BlockImpl(const Gpt2Config& c, const TensorParallel* tp, ParamInit init)
     : tp_(tp), heads_(c.heads / tp->size), hidden_dropout_(c.hidden_dropout), attention_dropout_(c.attention_dropout) {
   const int64_t C = c.hidden, n = tp->size;
-  ln1 = register_module("ln1", torch::nn::LayerNorm(torch::nn::LayerNormOptions({C}).eps(1e-5)));
-  ln2 = register_module("ln2", torch::nn::LayerNorm(torch::nn::LayerNormOptions({C}).eps(1e-5)));
-  attn_qkv = register_module("attn_qkv", torch::nn::Linear(C, 3 * C / n));    // column-parallel
-  attn_proj = register_module("attn_proj", torch::nn::Linear(C / n, C));      // row-parallel
-  mlp_fc = register_module("mlp_fc", torch::nn::Linear(C, 4 * C / n));        // column-parallel
-  mlp_proj = register_module("mlp_proj", torch::nn::Linear(4 * C / n, C));    // row-parallel
+  auto linear = [&](const char* name, int64_t in, int64_t out) { return register_module(name, LayerParams(std::vector<int64_t>{out, in}, out, init)); };
+  ln1 = register_module("ln1", LayerParams(std::vector<int64_t>{C}, C, init));
+  ln2 = register_module("ln2", LayerParams(std::vector<int64_t>{C}, C, init));
+  attn_qkv = linear("attn_qkv", C, 3 * C / n);    // column-parallel
+  attn_proj = linear("attn_proj", C / n, C);      // row-parallel
+  mlp_fc = linear("mlp_fc", C, 4 * C / n);        // column-parallel
+  mlp_proj = linear("mlp_proj", 4 * C / n, C);    // row-parallel
 }
 
 torch::Tensor Gpt2BlockImpl::forward(const torch::Tensor& x) {
@@ -93,7 +105,7 @@ torch::Tensor Gpt2BlockImpl::compute(const torch::Tensor& x) {
   // each TP rank: their sum is what the whole sequence gives (Megatron
   // all-reduces them after backward; here the graph does it).
   auto shared = [&](const torch::Tensor& p) { return sp ? copy_to_tp(p, tp) : p; };
-  auto norm = [&](torch::nn::LayerNorm& ln, const torch::Tensor& in) {
+  auto norm = [&](LayerParams& ln, const torch::Tensor& in) {
     return at::layer_norm(in, {in.size(-1)}, shared(ln->weight), shared(ln->bias), 1e-5);
   };
   auto enter = [&](const torch::Tensor& h) { return sp ? gather_from_sp(h, tp) : copy_to_tp(h, tp); };    // into a split region
@@ -153,7 +165,7 @@ torch::Tensor gpt2_lm_loss(const torch::Tensor& logits, const torch::Tensor& lab
   return vocab_parallel_cross_entropy(logits.reshape({-1, logits.size(-1)}), labels.reshape({-1}), tp).mean();
 }
 
-Gpt2Impl::Gpt2Impl(const Gpt2Config& c, ModelPart part) : config_(c), part_(std::move(part)) {
+Gpt2Impl::Gpt2Impl(const Gpt2Config& c, ModelPart part, ParamInit init) : config_(c), part_(std::move(part)), init_(init) {
   if (part_.chunks.empty()) {
     part_.chunks.emplace_back();
     for (int64_t l = 0; l < c.num_layers; ++l) part_.chunks[0].push_back(l);
@@ -162,19 +174,22 @@ Gpt2Impl::Gpt2Impl(const Gpt2Config& c, ModelPart part) : config_(c), part_(std:
   if (c.heads % n != 0 || c.vocab_size % n != 0 || c.hidden % c.heads != 0)
     throw Error(ErrorKind::Usage, "%ld attention heads, hidden size %ld and padded vocabulary %ld cannot be split over %ld tensor-parallel ranks",
                 (long)c.heads, (long)c.hidden, (long)c.vocab_size, (long)n);
-  if (part_.pre || part_.post) wte = register_module("wte", torch::nn::Embedding(c.vocab_size / n, c.hidden));
-  if (part_.pre) wpe = register_module("wpe", torch::nn::Embedding(c.max_positions, c.hidden));
+  if (part_.pre || part_.post) wte = register_module("wte", LayerParams(std::vector<int64_t>{c.vocab_size / n, c.hidden}, 0, init));
+  if (part_.pre) wpe = register_module("wpe", LayerParams(std::vector<int64_t>{c.max_positions, c.hidden}, 0, init));
   blocks = register_module("blocks", torch::nn::ModuleList());
   for (const auto& chunk : part_.chunks) {
     chunk_blocks_.emplace_back();
     for (int64_t l : chunk) {
       chunk_blocks_.back().push_back(layers_.size());
       layers_.push_back(l);
-      blocks->push_back(Gpt2Block(c, &part_.tp));
+      blocks->push_back(Gpt2Block(c, &part_.tp, init));
     }
   }
-  if (part_.post) ln_f = register_module("ln_f", torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.hidden}).eps(1e-5)));
-  initialize();
+  if (part_.post) ln_f = register_module("ln_f", LayerParams(std::vector<int64_t>{c.hidden}, c.hidden, init));
+  if (init == ParamInit::Draw) {
+    torch::NoGradGuard no_grad;
+    for (auto& item : named_parameters()) item.value().copy_(initial_value(item.key(), torch::kCPU));
+  }
 }
 
 TpSplit Gpt2Impl::tp_split(const std::string& name) {
@@ -198,30 +213,32 @@ bool Gpt2Impl::counts_in_grad_norm(const std::string& local) const {
 }
 
 // Every parameter from a generator of its own, drawn whole and cut for this rank.
-void Gpt2Impl::initialize() {
-  torch::NoGradGuard no_grad;
-  const double out_std = config_.init_std / std::sqrt(2.0 * static_cast<double>(config_.num_layers));
-  auto ends = [](const std::string& s, const char* suffix) {
-    return s.size() >= std::strlen(suffix) && s.compare(s.size() - std::strlen(suffix), std::string::npos, suffix) == 0;
+torch::Tensor Gpt2Impl::initial_value(const std::string& local, const torch::Device& device) const {
+  const torch::Tensor* p = named_parameters().find(local);
+  if (!p) throw Error(ErrorKind::Internal, "no parameter %s", local.c_str());
+  const std::string global = global_name(local);
+  auto ends = [&](const char* suffix) {
+    return global.size() >= std::strlen(suffix) && global.compare(global.size() - std::strlen(suffix), std::string::npos, suffix) == 0;
   };
-  for (auto& item : named_parameters()) {
-    const std::string global = global_name(item.key());
-    torch::Tensor& p = item.value();
-    const TpSplit split = tp_split(item.key());
-    std::vector<int64_t> full = p.sizes().vec();
-    if (split.dim >= 0) full[static_cast<size_t>(split.dim)] *= part_.tp.size;
-    torch::Tensor v;
-    if (ends(global, ".bias")) {
-      v = torch::zeros(full);
-    } else if (global.rfind("ln_f.", 0) == 0 || global.find(".ln") != std::string::npos) {
-      v = torch::ones(full);
-    } else {
-      auto gen = at::make_generator<at::CPUGeneratorImpl>(name_seed(config_.seed, global));
-      const double std = ends(global, "attn_proj.weight") || ends(global, "mlp_proj.weight") ? out_std : config_.init_std;
-      v = torch::empty(full).normal_(0.0, std, gen);
-    }
-    p.copy_(tp_slice(v, split, part_.tp.size, part_.tp.rank));
+  auto on = torch::TensorOptions().dtype(torch::kFloat).device(device);
+  if (ends(".bias")) return torch::zeros(p->sizes(), on);
+  if (global.rfind("ln_f.", 0) == 0 || global.find(".ln") != std::string::npos) return torch::ones(p->sizes(), on);
+  const TpSplit split = tp_split(local);
+  std::vector<int64_t> full = p->sizes().vec();
+  if (split.dim >= 0) full[static_cast<size_t>(split.dim)] *= part_.tp.size;
+  const torch::Device where = config_.cpu_initialization || !device.is_cuda() ? torch::Device(torch::kCPU) : device;
+  const uint64_t seed = name_seed(config_.seed, global);
+  at::Generator gen;
+  if (where.is_cuda()) {
+    gen = at::detail::getCUDAHooks().getNewGenerator(where.index());
+    gen.set_current_seed(seed);
+  } else {
+    gen = at::make_generator<at::CPUGeneratorImpl>(seed);
   }
+  const double out_std = config_.init_std / std::sqrt(2.0 * static_cast<double>(config_.num_layers));
+  const double std = ends("attn_proj.weight") || ends("mlp_proj.weight") ? out_std : config_.init_std;
+  torch::Tensor v = torch::empty(full, on.device(where)).normal_(0.0, std, gen);
+  return tp_slice(v, split, part_.tp.size, part_.tp.rank).to(device);
 }
 
 torch::Tensor Gpt2Impl::forward_chunk(size_t v, const torch::Tensor& input, const torch::Tensor& labels) {

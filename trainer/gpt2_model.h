@@ -8,7 +8,13 @@
 // shifts 0, LayerNorm scales 1. Each parameter is drawn from its own generator
 // (seeded by the run's seed and the parameter's name) as a full tensor and then
 // cut, so the initial model is the same for every TP/PP layout (Megatron's
-// --use-cpu-initialization property).
+// --use-cpu-initialization property). For training, the parameters are
+// created without storage (ParamInit::Deferred) and drawn one at a time
+// straight into the buffers that hold them (trainer/zero.h), on the training
+// device: no whole fp32 copy of the model exists anywhere. A GPU draws with its
+// own generator (Philox), so a GPU run starts from other values than a CPU run
+// (the same on every layout of one GPU type); Gpt2Config::cpu_initialization
+// draws on the CPU instead.
 //
 // Precision: the module computes in its parameters' dtype. In mixed precision
 // the ZeRO engine makes them 16-bit (trainer/zero.h), so activations, the
@@ -78,8 +84,26 @@ struct Gpt2Config {
   int64_t num_layers = 12, hidden = 768, heads = 12;
   double init_std = 0.02, hidden_dropout = 0.1, attention_dropout = 0.1;
   bool checkpoint_activations = false;
-  uint64_t seed = 1234;  // initial weights
+  uint64_t seed = 1234;             // initial weights
+  bool cpu_initialization = false;  // initial_value() draws on the CPU, not on the device asked for
 };
+
+// How a model's parameters are created.
+enum class ParamInit {
+  Draw,      // on the CPU, with their initial values (the whole-model uses: tests, benchmarks)
+  Empty,     // on the CPU, uninitialised (the caller loads weights into them)
+  Deferred,  // shape only, no storage: the owner of the parameters' memory
+             // (the ZeRO engine) gives them storage and fills it from initial_value()
+};
+
+// One layer's parameters under the names LibTorch's Linear, LayerNorm and
+// Embedding use (weight, and bias when bias_size > 0), created as ParamInit says.
+class LayerParamsImpl : public torch::nn::Module {
+ public:
+  LayerParamsImpl(const std::vector<int64_t>& weight_shape, int64_t bias_size, ParamInit init);
+  torch::Tensor weight, bias;
+};
+TORCH_MODULE(LayerParams);
 
 // The part of the model one rank holds.
 struct ModelPart {
@@ -90,11 +114,11 @@ struct ModelPart {
 
 class Gpt2BlockImpl : public torch::nn::Module {
  public:
-  Gpt2BlockImpl(const Gpt2Config& c, const TensorParallel* tp);
+  Gpt2BlockImpl(const Gpt2Config& c, const TensorParallel* tp, ParamInit init);
   torch::Tensor forward(const torch::Tensor& x);  // (B, T or T/TP, C) -> the same
   const TensorParallel& tp() const { return *tp_; }
-  torch::nn::LayerNorm ln1{nullptr}, ln2{nullptr};
-  torch::nn::Linear attn_qkv{nullptr}, attn_proj{nullptr}, mlp_fc{nullptr}, mlp_proj{nullptr};
+  LayerParams ln1{nullptr}, ln2{nullptr};                                     // LayerNorm: weight, bias (C)
+  LayerParams attn_qkv{nullptr}, attn_proj{nullptr}, mlp_fc{nullptr}, mlp_proj{nullptr};  // Linear: weight (out, in), bias (out)
 
  private:
   torch::Tensor compute(const torch::Tensor& x);
@@ -106,7 +130,7 @@ TORCH_MODULE(Gpt2Block);
 
 class Gpt2Impl : public torch::nn::Module {
  public:
-  explicit Gpt2Impl(const Gpt2Config& c, ModelPart part = {});
+  explicit Gpt2Impl(const Gpt2Config& c, ModelPart part = {}, ParamInit init = ParamInit::Draw);
   // The whole model (one chunk holding the embeddings and the head): logits.
   torch::Tensor forward(const torch::Tensor& idx);
   // Mean cross-entropy of the next token: tokens (B, T), labels (B, T).
@@ -122,6 +146,12 @@ class Gpt2Impl : public torch::nn::Module {
   std::vector<int64_t> activation_shape(int64_t batch, int64_t seq) const;
 
   int64_t num_parameters() const;
+  // Parameter `local`'s initial value on this rank (its tensor-parallel part),
+  // fp32 on `device`: drawn there, or on the CPU with cpu_initialization. The
+  // values do not depend on the device's layout, only on the seed, the name
+  // and where they are drawn.
+  torch::Tensor initial_value(const std::string& local, const torch::Device& device) const;
+  bool deferred() const { return init_ == ParamInit::Deferred; }
   const Gpt2Config& config() const { return config_; }
   const ModelPart& part() const { return part_; }
   const TensorParallel& tp() const { return part_.tp; }
@@ -139,14 +169,14 @@ class Gpt2Impl : public torch::nn::Module {
   // When set, they replace gpt2_embed / gpt2_head on the module's parameters
   // (ZeRO-3 shards the embeddings and the final LayerNorm too).
   std::function<torch::Tensor(const torch::Tensor&)> embed_fn, head_fn;
-  torch::nn::Embedding wte{nullptr}, wpe{nullptr};
+  LayerParams wte{nullptr}, wpe{nullptr};  // Embedding: weight (rows, C)
   torch::nn::ModuleList blocks{nullptr};
-  torch::nn::LayerNorm ln_f{nullptr};
+  LayerParams ln_f{nullptr};
 
  private:
-  void initialize();
   Gpt2Config config_;
   ModelPart part_;
+  ParamInit init_;
   std::vector<int64_t> layers_;                    // global layer of each local block
   std::vector<std::vector<size_t>> chunk_blocks_;  // local blocks of each chunk
 };

@@ -147,7 +147,7 @@ Gpt2 import_hf(const std::string& dir, int64_t divisible_by) {
   const auto padded = static_cast<int64_t>(padded_vocab_size(static_cast<uint64_t>(vocab), static_cast<uint64_t>(divisible_by)));
   Gpt2Config c{.vocab_size = padded, .max_positions = positions, .num_layers = layers,
                .hidden = hidden, .heads = heads, .hidden_dropout = 0, .attention_dropout = 0};
-  Gpt2 model(c);
+  Gpt2 model(c, ModelPart{}, ParamInit::Empty);  // every parameter is read below (the padding rows zeroed)
   uint64_t n;
   std::memcpy(&n, data.data(), 8);
   if (n > data.size() - 8) throw Error(ErrorKind::Format, "%s: header length %lu beyond the file", st_path.c_str(), (unsigned long)n);

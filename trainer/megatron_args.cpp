@@ -115,6 +115,10 @@ std::map<std::string, Spec> specs() {
   flag("--cpu-offload", &TrainArgs::cpu_offload, "zerolm: fp32 master weights and Adam moments in (pinned) CPU memory, CPU AdamW");
   flag("--cpu-optimizer", &TrainArgs::cpu_offload, "Megatron-DeepSpeed's name for --cpu-offload");
   flag("--offload-params", &TrainArgs::offload_params, "zerolm: with --zero-stage 3, parameter shards in CPU memory too");
+  flag("--delayed-param-update", &TrainArgs::delayed_param_update,
+       "zerolm: with --cpu-offload, the ZeRO-Offload paper's delayed parameter update: step i's CPU AdamW overlaps step i+1's "
+       "forward/backward, which see the weights one update late");
+  i64("--delayed-param-update-warmup", &TrainArgs::delayed_param_update_warmup, "synchronous steps before the delayed updates start (default 40)");
   flag("--deepspeed", &TrainArgs::deepspeed, "read ZeRO and precision settings from --deepspeed_config");
   str("--deepspeed_config", &TrainArgs::deepspeed_config, "DeepSpeed JSON config (zero_optimization, fp16, bf16, batch sizes)");
   str("--deepspeed-config", &TrainArgs::deepspeed_config, "same as --deepspeed_config");
@@ -132,6 +136,7 @@ std::map<std::string, Spec> specs() {
   m["--accumulate-allreduce-grads-in-fp32"] = {Spec::Flag, [](TrainArgs& a, const std::vector<std::string>&) { a.grad_reduce_dtype = "fp32"; },
                                                 "with --fp16: accumulate and reduce gradients in fp32 (--bf16 always does, as in Megatron)"};
   flag("--checkpoint-activations", &TrainArgs::checkpoint_activations, "recompute each layer in backward");
+  flag("--use-cpu-initialization", &TrainArgs::use_cpu_initialization, "draw the initial weights on the CPU (a GPU run then starts as a CPU run)");
   no_flag("--no-check-for-nan-in-loss-and-grad", &TrainArgs::check_for_nan, "train on when the loss or the gradient norm is NaN/inf (default: stop)");
   flag("--check-for-nan-in-loss-and-grad", &TrainArgs::check_for_nan, "stop when the loss or the gradient norm is NaN/inf (the default)");
   // Megatron-DeepSpeed's activation-checkpointing switches (its tutorials pass them with
@@ -294,6 +299,7 @@ TrainArgs parse_megatron_args(int argc, const char* const* argv, std::string* he
   for (const auto& [w, p] : a.data_path) need(w >= 0, "--data-path weights must be non-negative");
   need(a.zero_stage >= 0 && a.zero_stage <= 3, "--zero-stage must be 0, 1, 2 or 3");
   need(!a.offload_params || a.zero_stage == 3, "--offload-params needs --zero-stage 3 (only stage 3 shards parameters)");
+  need(a.delayed_param_update_warmup >= 0, "--delayed-param-update-warmup must be 0 or more");
   need(a.deepspeed_config.empty() || a.deepspeed, "--deepspeed_config is read only with --deepspeed (as in DeepSpeed)");
   need(a.nproc_per_node >= 0 && a.nnodes >= 1 && a.node_rank >= 0 && a.node_rank < a.nnodes,
        "--nproc-per-node, --nnodes and --node-rank must satisfy 0 <= node-rank < nnodes");

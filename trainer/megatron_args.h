@@ -24,6 +24,7 @@ struct TrainArgs {
   double init_method_std = 0.02, hidden_dropout = 0.1, attention_dropout = 0.1;
   int64_t make_vocab_size_divisible_by = 128;
   bool checkpoint_activations = false;
+  bool use_cpu_initialization = false;
   // batch and schedule
   int64_t micro_batch_size = 0, global_batch_size = 0, train_iters = 0, train_samples = 0, lr_decay_iters = 0;
   double lr = 0, min_lr = 0, lr_warmup_fraction = -1, weight_decay = 0.01, clip_grad = 1.0;
@@ -70,6 +71,8 @@ struct TrainArgs {
   int64_t zero_stage = 0;
   bool cpu_offload = false;     // fp32 master weights and Adam moments in CPU memory
   bool offload_params = false;  // stage 3: parameter shards in CPU memory too
+  bool delayed_param_update = false;       // with cpu_offload: DPU (trainer/zero.h)
+  int64_t delayed_param_update_warmup = 40;  // synchronous steps first
   bool deepspeed = false;
   std::string deepspeed_config;
   // Starting local ranks (torchrun / the deepspeed launcher do this otherwise)

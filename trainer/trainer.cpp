@@ -81,12 +81,13 @@ std::string run_fingerprint(const TrainArgs& a, int64_t padded_vocab, const std:
   return strprintf("num-layers=%ld hidden-size=%ld num-attention-heads=%ld seq-length=%ld max-position-embeddings=%ld vocab=%ld "
                    "micro-batch-size=%ld global-batch-size=%ld train-iters=%ld zero-stage=%ld cpu-offload=%d offload-params=%d "
                    "precision=%s seed=%u lr=%g tensor-model-parallel-size=%ld pipeline-model-parallel-size=%ld "
-                   "num-layers-per-virtual-pipeline-stage=%ld sequence-parallel=%d",
+                   "num-layers-per-virtual-pipeline-stage=%ld sequence-parallel=%d delayed-param-update=%ld",
                    (long)a.num_layers, (long)a.hidden_size, (long)a.num_attention_heads, (long)a.seq_length,
                    (long)a.max_position_embeddings, (long)padded_vocab, (long)a.micro_batch_size, (long)a.global_batch_size,
                    (long)a.total_iters(), (long)a.zero_stage, (int)a.cpu_offload, (int)a.offload_params, precision.c_str(), a.seed, a.lr,
                    (long)a.tensor_model_parallel_size, (long)a.pipeline_model_parallel_size,
-                   (long)a.num_layers_per_virtual_pipeline_stage, (int)a.sequence_parallel);
+                   (long)a.num_layers_per_virtual_pipeline_stage, (int)a.sequence_parallel,
+                   a.delayed_param_update ? (long)a.delayed_param_update_warmup : -1L);
 }
 
 void check_same_settings(Comm& comm, const std::string& mine) {
@@ -329,14 +330,17 @@ void Trainer::build_model() {
   Gpt2Config cfg{.vocab_size = padded_vocab_, .max_positions = a_.max_position_embeddings, .num_layers = a_.num_layers,
                  .hidden = a_.hidden_size, .heads = a_.num_attention_heads, .init_std = a_.init_method_std,
                  .hidden_dropout = a_.hidden_dropout, .attention_dropout = a_.attention_dropout,
-                 .checkpoint_activations = a_.checkpoint_activations, .seed = a_.seed};
+                 .checkpoint_activations = a_.checkpoint_activations, .seed = a_.seed,
+                 .cpu_initialization = a_.use_cpu_initialization};
   ModelPart part;
   part.tp = TensorParallel{&g.tp(), g.tp_size(), g.tp_rank(), a_.sequence_parallel, &rng_};
   part.pre = g.first_stage();
   part.post = g.last_stage();
   part.chunks = stage_layers(a_.num_layers, g.pp_size(), static_cast<int>(a_.pipeline_chunks()), g.pp_rank());
-  model_ = Gpt2(cfg, part);  // every weight drawn from its own seed: the same model for every layout
-  model_->to(pl_.device);
+  // Parameters without storage: the ZeRO engine draws each one into the
+  // buffer or shard that holds it (every weight from its own seed: the same
+  // model for every layout).
+  model_ = Gpt2(cfg, part, ParamInit::Deferred);
   // Megatron's dropout streams: seed + 100 x stage for the default generator,
   // + 2718 + TP rank for the model-parallel tracker.
   const uint64_t seed = a_.seed + 100ULL * static_cast<uint64_t>(g.pp_rank());
@@ -346,6 +350,14 @@ void Trainer::build_model() {
   ZeroConfig z{.stage = static_cast<int>(a_.zero_stage), .offload_optimizer = a_.cpu_offload, .offload_params = a_.offload_params,
                .param_dtype = pl_.param_dtype(), .grad_dtype = pl_.grad_dtype, .beta1 = a_.adam_beta1, .beta2 = a_.adam_beta2, .eps = a_.adam_eps, .weight_decay = a_.weight_decay};
   if (ds_.offload_chunk > 0) z.offload_chunk = ds_.offload_chunk;
+  if (a_.delayed_param_update) {
+    if (!a_.cpu_offload)
+      throw Error(ErrorKind::Usage, "--delayed-param-update needs --cpu-offload (or DeepSpeed's offload_optimizer): it overlaps the CPU "
+                  "optimizer step with the next forward and backward");
+    z.delayed_update_after = a_.delayed_param_update_warmup;
+    ZLM_LOG_INF(" > delayed parameter update after %ld synchronous steps: each CPU AdamW step overlaps the next forward/backward, whose "
+                "gradients are one update stale; evaluations, checkpoints and --log-params-norm wait for it", (long)z.delayed_update_after);
+  }
   z.overlap = g.pp_size() == 1;  // pipeline schedules interleave the backward passes of micro-batches
   if (g.pp_size() > 1 && (part.pre || part.post)) z.own_buckets = {"wte.weight"};  // the same shard on the first and last stage
   Gpt2Impl* m = model_.get();
@@ -581,6 +593,7 @@ void Trainer::log_progress() {
 
 void Trainer::evaluate(const std::string& label, const SampleSource& src, int64_t* consumed) {
   if (src.empty() || a_.eval_iters == 0) return;
+  engine_->sync();  // a delayed update in flight: evaluate the weights after it, as without one
   model_->eval();
   auto total = torch::zeros({}, torch::TensorOptions().dtype(torch::kDouble).device(pl_.device));
   for (int64_t e = 0; e < a_.eval_iters; ++e) {

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 #include <deque>
+#include <future>
 #include <map>
 #include <mutex>
 
@@ -100,14 +101,22 @@ struct ZeroEngine::Impl {
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators;  // keep the hooked nodes alive
   double sum_counted(const std::function<torch::Tensor(const Bucket&)>& of, const std::function<torch::Tensor(const torch::Tensor&)>& f,
                      bool zero_padding_neutral);
+  void adamw(Bucket& k, const torch::Tensor& grad, double mult, double lr, const torch::Tensor& steps, bool publish);
+  void publish(bool copy);
   torch::Tensor anchor;  // stage 3: a leaf that requires grad, so that the embedding's backward runs
   // Stage 3, a part with the embeddings and the head: the gradients of the
   // outer bucket and of wte's, from the head's backward to the embeddings'
   // (one buffer when wte is in the outer bucket).
   torch::Tensor outer_grad, wte_grad;
 
+  std::future<void> pending;  // a delayed update in flight
+
+  bool delayed() const { return cfg.delayed_update_after >= 0; }
+
   Impl(Gpt2& m, Comm& c, const ZeroConfig& z, const torch::Device& d)
       : model(m), comm(c), cfg(z), device(d), opt_device(z.offload_optimizer ? torch::Device(torch::kCPU) : d) {
+    if (delayed() && !cfg.offload_optimizer)
+      throw Error(ErrorKind::Usage, "the delayed parameter update needs the CPU offload of the optimizer (it overlaps the CPU step with the device's work)");
     W = comm.world();
     rank = comm.rank();
     pin = z.offload_optimizer && d.is_cuda();
@@ -144,18 +153,28 @@ struct ZeroEngine::Impl {
       k.own_len = cfg.stage == 0 ? k.padded : shard;
       k.sharded_params = cfg.stage == 3;
       k.hooked = !k.sharded_params;
-      // Parameters into one flat buffer.
+      // Parameters: one flat buffer, or at stage 3 only this rank's shard of
+      // it, filled parameter by parameter: from the module's values, or drawn
+      // on the device (a model with deferred parameters has no values: no
+      // whole copy of it exists anywhere, the largest transient is one tensor).
       torch::NoGradGuard no_grad;
-      auto flat = zeros_on(k.padded, device, false, cfg.param_dtype);
-      for (auto& s : k.slots) flat.narrow(0, s.offset, s.numel).copy_(s.param.detach().reshape({-1}));
+      auto fill = [&](torch::Tensor dst, int64_t begin) {  // dst: the bucket's elements [begin, begin + dst.numel())
+        for (const auto& s : k.slots) {
+          const int64_t lo = std::max(s.offset, begin), hi = std::min(s.offset + s.numel, begin + dst.numel());
+          if (hi <= lo) continue;
+          const torch::Tensor v = m->deferred() ? m->initial_value(s.name, device) : s.param.detach();
+          dst.narrow(0, lo - begin, hi - lo).copy_(v.reshape({-1}).narrow(0, lo - s.offset, hi - lo));
+        }
+      };
       if (k.sharded_params) {
         auto where = cfg.offload_params ? torch::Device(torch::kCPU) : device;
         k.param_shard = zeros_on(k.own_len, where, cfg.offload_params && device.is_cuda(), cfg.param_dtype);
-        k.param_shard.copy_(flat.narrow(0, k.own_begin, k.own_len));
-        for (auto& s : k.slots) s.param.set_data(torch::empty({0}, s.param.options()));
+        fill(k.param_shard, k.own_begin);
+        for (auto& s : k.slots) s.param.set_data(torch::empty({0}, torch::TensorOptions().dtype(s.param.scalar_type()).device(device)));
       } else {
-        k.flat_param = flat;
-        for (auto& s : k.slots) s.param.set_data(flat.narrow(0, s.offset, s.numel).view(s.shape));
+        k.flat_param = zeros_on(k.padded, device, false, cfg.param_dtype);
+        fill(k.flat_param, 0);
+        for (auto& s : k.slots) s.param.set_data(k.flat_param.narrow(0, s.offset, s.numel).view(s.shape));
       }
       // Gradients.
       if (cfg.stage <= 1) {
@@ -169,7 +188,10 @@ struct ZeroEngine::Impl {
         // so the device never holds a gradient shard (DeepSpeed does the same).
         k.grad_shard = zeros_on(k.own_len, opt_device, pin, cfg.grad_dtype);
       }
-      if (cfg.offload_optimizer && k.grad_shard.device() != opt_device) k.host_grad = zeros_on(k.own_len, opt_device, pin, cfg.grad_dtype);
+      // Delayed updates read fp32 gradients of their own while the next
+      // step's accumulate.
+      if (delayed()) k.host_grad = zeros_on(k.own_len, opt_device, pin);
+      else if (cfg.offload_optimizer && k.grad_shard.device() != opt_device) k.host_grad = zeros_on(k.own_len, opt_device, pin, cfg.grad_dtype);
       // Optimizer state of the owned range: master weights, Adam moments.
       torch::Tensor own = k.sharded_params ? k.param_shard : k.flat_param.narrow(0, k.own_begin, k.own_len);
       // With offload the master weights are a separate host copy (copied back
@@ -177,8 +199,10 @@ struct ZeroEngine::Impl {
       // only fp32 stage-3 shards already in host memory serve as their own
       // master. 16-bit parameters always have an fp32 master copy, which starts
       // from the rounded parameters (as Megatron's and DeepSpeed's do).
+      // (Not with delayed updates: the forward reads the parameters while the
+      // background step writes the master weights.)
       const bool host_shard = k.sharded_params && cfg.offload_params;
-      if (own.device() == opt_device && own.scalar_type() == torch::kFloat && (!cfg.offload_optimizer || host_shard)) {
+      if (own.device() == opt_device && own.scalar_type() == torch::kFloat && (!cfg.offload_optimizer || host_shard) && !delayed()) {
         k.master = own;
         k.master_is_param = true;
       } else {
@@ -226,6 +250,7 @@ struct ZeroEngine::Impl {
   }
 
   ~Impl() {
+    if (pending.valid()) pending.wait();
     model->block_fn = nullptr;
     model->embed_fn = nullptr;
     model->head_fn = nullptr;
@@ -639,23 +664,85 @@ double ZeroEngine::grad_num_zeros() {
 }
 
 double ZeroEngine::param_sum_of_squares() {
+  sync();
   return impl_->sum_counted([](const Bucket& k) { return k.master; }, sum_of_squares, false);
+}
+
+// AdamW over one bucket's owned range with `grad` (multiplied by mult, in
+// fp32, first), split at decay_end (weights decayed, the rest not) and cut
+// before the padding; CPU offload steps it in chunks. With `publish` each
+// updated chunk goes to the parameters at once (cast on the host and copied
+// up asynchronously while the next chunk is computed); without (a delayed
+// update) only into the 16-bit staging buffer, and publish() copies it.
+void ZeroEngine::Impl::adamw(Bucket& k, const torch::Tensor& grad, double mult, double lr, const torch::Tensor& steps, bool publish) {
+  torch::NoGradGuard no_grad;
+  torch::Tensor own = k.sharded_params ? k.param_shard : k.flat_param.narrow(0, k.own_begin, k.own_len);
+  const bool scale = grad.scalar_type() != torch::kFloat || mult != 1.0;
+  const int64_t lo = k.own_begin, hi = std::min(k.own_begin + k.own_len, k.numel);
+  const int64_t pieces[3] = {lo, std::clamp(k.decay_end, lo, std::max(lo, hi)), std::max(lo, hi)};
+  for (int p = 0; p < 2; ++p) {
+    const double wd = p == 0 ? cfg.weight_decay : 0.0;
+    const int64_t chunk = cfg.offload_optimizer ? cfg.offload_chunk : INT64_MAX;
+    for (int64_t a = pieces[p], n = 0; a < pieces[p + 1]; a += n) {
+      n = std::min(chunk, pieces[p + 1] - a);
+      const int64_t off = a - k.own_begin;
+      torch::Tensor g = grad.narrow(0, off, n);
+      if (scale) g = g.to(torch::kFloat).mul_(mult);  // unscaled and clipped in fp32, one pass per chunk
+      at::_fused_adamw_({k.master.narrow(0, off, n)}, {g}, {k.exp_avg.narrow(0, off, n)}, {k.exp_avg_sq.narrow(0, off, n)}, {}, {steps}, lr,
+                        cfg.beta1, cfg.beta2, wd, cfg.eps, false, false);
+      if (k.master_is_param) continue;
+      if (k.host_param.defined()) {  // cast on the host, 16 bits up
+        torch::Tensor staged = k.host_param.narrow(0, off, n);
+        staged.copy_(k.master.narrow(0, off, n));
+        if (publish) own.narrow(0, off, n).copy_(staged, /*non_blocking=*/true);
+      } else if (publish) {
+        own.narrow(0, off, n).copy_(k.master.narrow(0, off, n), /*non_blocking=*/pin);
+      }
+    }
+  }
+}
+
+// The updated parameters of the owned ranges to where they are used (from
+// the 16-bit staging buffers or the master weights), then all-gathered.
+void ZeroEngine::Impl::publish(bool copy) {
+  torch::NoGradGuard no_grad;
+  if (copy)
+    for (auto& k : buckets) {
+      if (k.master_is_param) continue;
+      torch::Tensor own = k.sharded_params ? k.param_shard : k.flat_param.narrow(0, k.own_begin, k.own_len);
+      own.copy_(k.host_param.defined() ? k.host_param : k.master, /*non_blocking=*/pin);
+    }
+  if (cfg.stage >= 1 && W > 1)  // one rank owns everything already
+    for (auto& k : buckets)
+      if (!k.sharded_params && k.padded > 0) comm.all_gather(k.flat_param, k.flat_param.narrow(0, k.own_begin, k.own_len).clone());
 }
 
 void ZeroEngine::step(double lr, double clip_coef) {
   torch::NoGradGuard no_grad;
   auto& I = *impl_;
+  sync();
   ++step_;
   auto steps = torch::full({}, static_cast<float>(step_), torch::TensorOptions().dtype(torch::kFloat).device(I.opt_device));
   // The gradients' factor: the clipping coefficient, and for 16-bit gradients
   // the loss-scale and averaging factor too (see zero.h).
   const double mult = I.grad_mult * clip_coef;
-  const bool half_grads = I.cfg.grad_dtype != torch::kFloat;
+  if (I.pin) torch::cuda::synchronize();  // last step's copies up are done before the master weights change
+  if (I.delayed() && step_ > I.cfg.delayed_update_after) {
+    // This step's gradients, unscaled and clipped, into fp32 buffers of their
+    // own; AdamW runs in the background until the next step() or sync().
+    for (auto& k : I.buckets) {
+      k.host_grad.copy_(k.grad_shard);
+      if (mult != 1.0) k.host_grad.mul_(mult);
+    }
+    I.pending = std::async(std::launch::async, [&I, lr, steps] {
+      for (auto& k : I.buckets) I.adamw(k, k.host_grad, 1.0, lr, steps, /*publish=*/false);
+    });
+    return;
+  }
   // Offload: every gradient shard goes to host memory first (asynchronous
   // copies into pinned buffers, one wait), then AdamW runs chunk by chunk on
-  // the CPU and each updated chunk of master weights is cast to the parameter
-  // dtype and copied back asynchronously while the next chunk is computed.
-  if (I.pin) torch::cuda::synchronize();  // last step's copies back are done before the master weights change
+  // the CPU. fp32 gradients are multiplied in place, 16-bit ones per chunk in fp32.
+  const bool half_grads = I.cfg.grad_dtype != torch::kFloat;
   bool copied = false;
   for (auto& k : I.buckets) {
     if (!half_grads && mult != 1.0) k.grad_shard.mul_(mult);
@@ -665,39 +752,18 @@ void ZeroEngine::step(double lr, double clip_coef) {
     }
   }
   if (copied) torch::cuda::synchronize();
-  for (auto& k : I.buckets) {
-    torch::Tensor grad = k.host_grad.defined() ? k.host_grad : k.grad_shard;
-    torch::Tensor own = k.sharded_params ? k.param_shard : k.flat_param.narrow(0, k.own_begin, k.own_len);
-    // The owned range split at decay_end (weights decayed, the rest not) and
-    // cut before the padding; CPU offload steps it in chunks.
-    const int64_t lo = k.own_begin, hi = std::min(k.own_begin + k.own_len, k.numel);
-    const int64_t pieces[3] = {lo, std::clamp(k.decay_end, lo, std::max(lo, hi)), std::max(lo, hi)};
-    for (int p = 0; p < 2; ++p) {
-      const double wd = p == 0 ? I.cfg.weight_decay : 0.0;
-      const int64_t chunk = I.cfg.offload_optimizer ? I.cfg.offload_chunk : INT64_MAX;
-      for (int64_t a = pieces[p], n = 0; a < pieces[p + 1]; a += n) {
-        n = std::min(chunk, pieces[p + 1] - a);
-        const int64_t off = a - k.own_begin;
-        torch::Tensor g = grad.narrow(0, off, n);
-        if (half_grads) g = g.to(torch::kFloat).mul_(mult);  // unscaled and clipped in fp32, one pass per chunk
-        at::_fused_adamw_({k.master.narrow(0, off, n)}, {g}, {k.exp_avg.narrow(0, off, n)}, {k.exp_avg_sq.narrow(0, off, n)}, {}, {steps}, lr,
-                          I.cfg.beta1, I.cfg.beta2, wd, I.cfg.eps, false, false);
-        if (k.master_is_param) continue;
-        if (k.host_param.defined()) {  // cast on the host, 16 bits up
-          torch::Tensor staged = k.host_param.narrow(0, off, n);
-          staged.copy_(k.master.narrow(0, off, n));
-          own.narrow(0, off, n).copy_(staged, /*non_blocking=*/true);
-        } else {
-          own.narrow(0, off, n).copy_(k.master.narrow(0, off, n), /*non_blocking=*/I.pin);
-        }
-      }
-    }
-  }
+  for (auto& k : I.buckets) I.adamw(k, k.host_grad.defined() ? k.host_grad : k.grad_shard, half_grads ? mult : 1.0, lr, steps, /*publish=*/true);
   // The master weights and staging buffers are not written again before the
   // next step's synchronisation, so the asynchronous copies above may still run.
-  if (I.cfg.stage >= 1 && I.W > 1)  // one rank owns everything already
-    for (auto& k : I.buckets)
-      if (!k.sharded_params && k.padded > 0) I.comm.all_gather(k.flat_param, k.flat_param.narrow(0, k.own_begin, k.own_len).clone());
+  I.publish(/*copy=*/false);
+}
+
+void ZeroEngine::sync() {
+  auto& I = *impl_;
+  if (!I.pending.valid()) return;
+  I.pending.get();  // an error of the background step is raised here
+  I.publish(/*copy=*/true);
+  if (I.pin) torch::cuda::synchronize();  // the next update writes what the copies read
 }
 
 MemoryPlan ZeroEngine::plan() const {
@@ -775,6 +841,7 @@ int64_t ZeroEngine::unpadded_numel() const {
 }
 
 ZeroEngine::FullState ZeroEngine::gather_state() {
+  sync();
   torch::NoGradGuard no_grad;
   auto& I = *impl_;
   FullState s;
@@ -798,6 +865,7 @@ ZeroEngine::FullState ZeroEngine::gather_state() {
 }
 
 void ZeroEngine::load_state(const FullState& s) {
+  sync();
   torch::NoGradGuard no_grad;
   auto& I = *impl_;
   step_ = s.step;

@@ -51,6 +51,16 @@
 //            new parameters are cast to the parameter dtype on the host and
 //            copied up (16-bit parameters cross the bus once per step). Stage 3
 //            can also keep the parameter shards in CPU memory (offload_params).
+//   delayed  with offload, DeepSpeed's delayed parameter update (the ZeRO-Offload
+//            paper's DPU), after ZeroConfig::delayed_update_after synchronous
+//            steps: step i copies its gradients (unscaled, clipped, fp32) to
+//            host buffers of their own and runs the CPU AdamW in a background
+//            thread, while the forward and backward of step i + 1 run on the
+//            parameters of before step i; step i + 1 waits for it and publishes
+//            its parameters (copies up, all-gathers) before launching its own.
+//            So every gradient is one update stale. sync() completes the update
+//            in flight; the engine calls it before it reads the master weights
+//            (checkpoints, the parameter norm), the trainer before evaluating.
 //   16-bit gradients are multiplied by the loss-scale and averaging factors
 //   only when the optimizer reads them in fp32 (an fp16 gradient scaled back
 //   in fp16 would underflow): reduce_grads records the factor, the norm and
@@ -93,6 +103,9 @@ struct ZeroConfig {
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.01;
   int64_t align = 64;                   // elements; shards start on 256-byte boundaries
   int64_t offload_chunk = 16 * 1048576;  // elements per CPU AdamW chunk
+  // With offload_optimizer: steps after this many are delayed updates (see
+  // above); -1: none.
+  int64_t delayed_update_after = -1;
 };
 
 // Bytes per rank, by kind and place (what rank 0 prints at start).
@@ -135,8 +148,12 @@ class ZeroEngine {
   double grad_num_zeros();
   double param_sum_of_squares();
   // AdamW on this rank's shard with the given LR, gradients multiplied by
-  // clip_coef first; then the parameters are brought up to date everywhere.
+  // clip_coef first; then the parameters are brought up to date everywhere
+  // (a delayed update: when the next step() or sync() publishes it).
   void step(double lr, double clip_coef);
+  // Completes a delayed update in flight and publishes its parameters
+  // (collective at stages 1, 2; nothing to do without one).
+  void sync();
 
   MemoryPlan plan() const;
   // The bytes this rank's tensors really hold for Adam moments and master

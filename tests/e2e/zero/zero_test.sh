@@ -19,7 +19,8 @@
 #  5. faults: a rank killed mid-run makes the other exit non-zero with a clear
 #     message (no hang), under our launcher and under torchrun-style env; a
 #     rank that hangs is given up on after --distributed-timeout-minutes;
-#     ranks started with different settings refuse to start.
+#     ranks started with different settings refuse to start;
+#  6. the delayed parameter update (see below).
 #   zero_test.sh SOURCE_DIR BIN_DIR PYTHON
 set -euo pipefail
 SRC=$1 BIN=$2 PY=$3
@@ -163,4 +164,31 @@ if RANK=1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port $BIN/pretrain_gpt
 fi
 if wait $m0; then echo "FAIL: rank 0 accepted a rank with another ZeRO stage"; exit 1; fi
 grep -q 'rank 1 was started with different model or parallel settings than rank 0: zero-stage=3 (rank 0: 2)' m0.log || { cat m0.log; exit 1; }
+
+# 6. the delayed parameter update (offload; 2 ranks, after 3 synchronous steps):
+#    iterations 1-4 equal the synchronous run's bit for bit (iteration 4's
+#    forward still sees step 3's weights), iteration 5 differs (its forward sees
+#    step 3's, one update late); stages 2 and 3 agree bit for bit; a checkpoint
+#    (and an evaluation) waits for the update in flight, so a run stopped at 5
+#    and resumed is the uninterrupted one bit for bit; without offload it is refused.
+dpu=(--cpu-offload --delayed-param-update --delayed-param-update-warmup 3)
+run dpu_z2 2 --zero-stage 2 "${dpu[@]}" --save-interval 5
+grep -q 'delayed parameter update after 3 synchronous steps' dpu_z2.log
+run dpu_z3 2 --zero-stage 3 "${dpu[@]}" --save-interval 5
+$CMP --rtol 0 --atol 0 dpu_z2 dpu_z3
+$PY - w2_z2_off dpu_z2 <<'PYEOF'
+import json, sys
+def losses(run):
+    return {r["iteration"]: r["lm_loss"] for r in map(json.loads, open(run + "/metrics.jsonl")) if "lr" in r}
+s, d = losses(sys.argv[1]), losses(sys.argv[2])
+assert all(s[i] == d[i] for i in range(1, 5)), ("iterations 1-4 differ", s, d)
+assert s[5] != d[5], ("iteration 5 is not one update late", s[5], d[5])
+print(f"ok   delayed update: iterations 1-4 synchronous, iteration 5 loss {d[5]:.6f} vs {s[5]:.6f}, iteration 10 {d[10]:.6f} vs {s[10]:.6f}")
+PYEOF
+run dpu_part 2 --zero-stage 2 "${dpu[@]}" --exit-interval 5
+run dpu_part 2 --zero-stage 2 "${dpu[@]}" --load dpu_part --save-interval 5
+$CMP --rtol 0 --atol 0 dpu_z2 dpu_part
+if $BIN/pretrain_gpt "${common[@]}" --delayed-param-update > dpu_refused.log 2>&1; then echo "FAIL: --delayed-param-update without offload ran"; exit 1; fi
+grep -q -- '--delayed-param-update needs --cpu-offload' dpu_refused.log || { cat dpu_refused.log; exit 1; }
+
 echo "zero ok"
