@@ -25,11 +25,11 @@
 #include "common/core/error.h"
 #include "common/core/json_writer.h"
 #include "common/core/output_file.h"
+#include "common/io/cli.h"
 #include "trainer/comm.h"
 #include "trainer/device_memory.h"
 #include "trainer/dist_env.h"
 #include "trainer/gpt2_model.h"
-#include "trainer/megatron_args.h"
 #include "trainer/zero.h"
 
 namespace {
@@ -91,37 +91,17 @@ int dump_one_step(Gpt2& model, Comm& comm, const ZeroConfig& zc, const torch::De
   return 0;
 }
 
-int run(int argc, char** argv) {
+struct Options {
   int64_t layers = 12, hidden = 1024, heads = 16, vocab = 50304, iters = 5;
   bool offload = false;
   std::string device_name = "cpu", dump_dir;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    auto next = [&]() -> std::string {
-      if (i + 1 >= argc) throw zlm::Error(zlm::ErrorKind::Usage, "%s needs a value", a.c_str());
-      return argv[++i];
-    };
-    // A whole number in [1, 2^40].
-    auto count = [&]() -> int64_t {
-      const int64_t x = parse_int_flag(a, next());
-      if (x < 1 || x > (int64_t{1} << 40)) throw zlm::Error(zlm::ErrorKind::Usage, "%s: %ld is outside [1, 2^40]", a.c_str(), (long)x);
-      return x;
-    };
-    if (a == "--layers") layers = count();
-    else if (a == "--hidden") hidden = count();
-    else if (a == "--heads") heads = count();
-    else if (a == "--vocab") vocab = count();
-    else if (a == "--iters") iters = count();
-    else if (a == "--offload") offload = true;
-    else if (a == "--device") device_name = next();
-    else if (a == "--dump") dump_dir = next();
-    else if (a == "--help") {
-      std::puts("zlm_bench_optimizer --layers L --hidden H [--heads N] [--vocab V] [--iters N] [--offload] [--device cpu|cuda] [--dump DIR]");
-      return 0;
-    } else {
-      throw zlm::Error(zlm::ErrorKind::Usage, "unknown flag %s (see --help)", a.c_str());
-    }
-  }
+};
+
+int run(const Options& o) {
+  const int64_t layers = o.layers, hidden = o.hidden, heads = o.heads, vocab = o.vocab, iters = o.iters;
+  const bool offload = o.offload;
+  const std::string& device_name = o.device_name;
+  const std::string& dump_dir = o.dump_dir;
   torch::manual_seed(1234);
   // An index, as the trainer gives its device (a bare "cuda" would not compare equal to cuda:0).
   const torch::Device device = device_name == "cuda" ? torch::Device(torch::kCUDA, 0) : torch::Device(device_name);
@@ -166,13 +146,17 @@ int run(int argc, char** argv) {
 
 int main(int argc, char** argv) {
   zlm::trainer::enable_huge_pages_for_cpu_tensors();  // as pretrain_gpt does
-  try {
-    return run(argc, argv);
-  } catch (const zlm::Error& e) {
-    std::fprintf(stderr, "zlm_bench_optimizer: error: %s\n", e.what());
-    return zlm::exit_code(e.kind());
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "zlm_bench_optimizer: error: %s\n", e.what());
-    return 1;
-  }
+  Options o;
+  CLI::App app{"Seconds per optimizer step of the ZeRO engine (stage 1) for a GPT-2 of the given shape; one JSON line on stdout"};
+  const auto count = zlm::whole_number(1, uint64_t{1} << 40);
+  app.add_option("--layers", o.layers, "transformer layers")->check(count);
+  app.add_option("--hidden", o.hidden, "hidden size")->check(count);
+  app.add_option("--heads", o.heads, "attention heads")->check(count);
+  app.add_option("--vocab", o.vocab, "vocabulary rows")->check(count);
+  app.add_option("--iters", o.iters, "timed steps (after one warm-up step)")->check(count);
+  app.add_flag("--offload", o.offload, "master weights and Adam moments in CPU memory, AdamW on the CPU");
+  app.add_option("--device", o.device_name, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
+  app.add_option("--dump", o.dump_dir, "one step on autograd's gradients, written to DIR for baseline_optimizer.py instead of timing");
+  zlm::CommonFlags common;
+  return zlm::tool_main("zlm_bench_optimizer", app, common, argc, argv, [&] { return run(o); });
 }

@@ -14,7 +14,7 @@
 // Keys that only tune DeepSpeed's own machinery (bucket sizes, overlap_comm,
 // stage3 prefetch and persistence knobs, logging) are accepted and reported as
 // notes saying what zerolm does instead; any other key is an error naming it.
-// Pure C++ over nlohmann/json (Debian nlohmann-json3-dev).
+// Pure C++ over simdjson (invalid JSON is named by line and column).
 #pragma once
 
 #include <string>

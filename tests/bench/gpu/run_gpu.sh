@@ -124,6 +124,10 @@ opt_secs() { sed -n 's/.*"seconds_per_step": \([0-9.e-]*\).*/\1/p' | xargs -r pr
   echo "| optimizer step, GPT-2 L=${OPT[0]} h=${OPT[1]}, vocab 50304 | s/step |"
   echo "|---|---|"
   for v in "" --offload; do
+    if [[ ! -x $BIN/zlm_bench_optimizer ]]; then  # a trainer-alone build has no CLI11 for it
+      echo "| zerolm on ${OPT[3]}${v:+, optimizer offloaded to the CPU} | not built (carry build/bin from the full build) |"
+      continue
+    fi
     s=$(timeout 150 $BIN/zlm_bench_optimizer --layers ${OPT[0]} --hidden ${OPT[1]} --heads ${OPT[2]} --device ${OPT[3]} --iters 3 $v \
         2>> "$OUT/logs/optimizer.log" | tee -a "$OUT/logs/optimizer.log" | opt_secs)
     echo "| zerolm on ${OPT[3]}${v:+, optimizer offloaded to the CPU} | ${s:-failed (see logs)} |"
