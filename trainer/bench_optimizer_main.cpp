@@ -98,27 +98,23 @@ struct Options {
 };
 
 int run(const Options& o) {
-  const int64_t layers = o.layers, hidden = o.hidden, heads = o.heads, vocab = o.vocab, iters = o.iters;
-  const bool offload = o.offload;
-  const std::string& device_name = o.device_name;
-  const std::string& dump_dir = o.dump_dir;
   torch::manual_seed(1234);
   // An index, as the trainer gives its device (a bare "cuda" would not compare equal to cuda:0).
-  const torch::Device device = device_name == "cuda" ? torch::Device(torch::kCUDA, 0) : torch::Device(device_name);
-  Gpt2Config cfg{.vocab_size = vocab, .max_positions = 8, .num_layers = layers, .hidden = hidden, .heads = heads,
+  const torch::Device device = o.device_name == "cuda" ? torch::Device(torch::kCUDA, 0) : torch::Device(o.device_name);
+  Gpt2Config cfg{.vocab_size = o.vocab, .max_positions = 8, .num_layers = o.layers, .hidden = o.hidden, .heads = o.heads,
                  .hidden_dropout = 0, .attention_dropout = 0};
   Gpt2 model(cfg);
   model->to(device);
   const DistEnv env = dist_env_from_process();
   auto comm = make_comm(env, "gloo", -1, std::chrono::minutes(1));
-  auto tokens = torch::randint(vocab, {1, 8}, torch::TensorOptions().dtype(torch::kLong).device(device));
+  auto tokens = torch::randint(o.vocab, {1, 8}, torch::TensorOptions().dtype(torch::kLong).device(device));
   ZeroConfig zc;
   zc.stage = 1;
-  zc.offload_optimizer = offload;
-  if (!dump_dir.empty()) return dump_one_step(model, *comm, zc, device, tokens, dump_dir, env.rank);
+  zc.offload_optimizer = o.offload;
+  if (!o.dump_dir.empty()) return dump_one_step(model, *comm, zc, device, tokens, o.dump_dir, env.rank);
   ZeroEngine engine(model, *comm, zc, device);
   double total = 0;
-  for (int64_t it = 0; it <= iters; ++it) {  // iteration 0 warms up (first-touch of the Adam moments)
+  for (int64_t it = 0; it <= o.iters; ++it) {  // iteration 0 warms up (first-touch of the Adam moments)
     engine.begin_step(1);
     model->loss(tokens, tokens).backward();
     engine.after_backward();
@@ -132,10 +128,10 @@ int run(const Options& o) {
   }
   if (env.rank != 0) return 0;
   std::printf("%s\n", zlm::JsonObject()
-                          .add("impl", offload ? "zerolm (offload)" : "zerolm")
+                          .add("impl", o.offload ? "zerolm (offload)" : "zerolm")
                           .add("ranks", env.world_size)
                           .add("params", model->num_parameters())
-                          .add("seconds_per_step", total / static_cast<double>(iters))
+                          .add("seconds_per_step", total / static_cast<double>(o.iters))
                           .add("threads", at::get_num_threads())
                           .str()
                           .c_str());

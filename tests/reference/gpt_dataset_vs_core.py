@@ -22,7 +22,6 @@ compares the N requested. Core's per-dataset target ceil(ceil(N * w) * 1.005)
 can exceed the legacy ceil(N * w * 1.005) by one; the sizes below are ones
 where both agree (asserted).
 """
-import glob
 import json
 import math
 import os
@@ -31,14 +30,15 @@ import subprocess
 import sys
 import tempfile
 
+from reference_env import fresh_dir, missing
+
 try:
     import numpy as np
     from megatron.core.datasets.blended_megatron_dataset_builder import BlendedMegatronDatasetBuilder
     from megatron.core.datasets.gpt_dataset import GPTDataset, GPTDatasetConfig
     from megatron.core.datasets.indexed_dataset import IndexedDataset
 except ImportError as e:  # pragma: no cover
-    print(f"SKIP: megatron-core not importable ({e}); run scripts/setup.sh")
-    sys.exit(1 if os.environ.get("CI") else 77)  # CI never goes green by skipping
+    missing(e, "megatron-core")
 
 SPLITS = ("train", "valid", "test")
 
@@ -166,8 +166,7 @@ def main():
         print("wrote gpt_index_golden.json")
         return
     bin_dir, data_dir, work = sys.argv[1:4]
-    shutil.rmtree(work, ignore_errors=True)
-    os.makedirs(work)
+    fresh_dir(work)
     check_golden(data_dir, work)
     check_blend(bin_dir, data_dir, work)
 

@@ -3,21 +3,20 @@ Hugging Face transformers' GPT2LMHeadModel (CPU) and gives the same logits
 within 1e-4; importing the export back gives them again.
   hf_roundtrip.py SOURCE_DIR BIN_DIR WORK_DIR      (exit 77: transformers missing)"""
 import os
-import shutil
 import subprocess
 import sys
+
+from reference_env import fresh_dir, missing
 
 try:
     import torch
     from transformers import GPT2LMHeadModel
 except ImportError as e:  # pragma: no cover
-    print(f"SKIP: {e}")
-    sys.exit(1 if os.environ.get("CI") else 77)  # CI never goes green by skipping
+    missing(e, "torch or transformers")
 
 src, bins, work = sys.argv[1:4]
 data = os.path.join(src, "tests", "data", "megatron")
-shutil.rmtree(work, ignore_errors=True)
-os.makedirs(work)
+fresh_dir(work)
 run = lambda *a: subprocess.run(list(a), check=True, cwd=work, stderr=subprocess.DEVNULL)
 run(os.path.join(bins, "pretrain_gpt"), "--num-layers", "2", "--hidden-size", "64", "--num-attention-heads", "4",
     "--micro-batch-size", "2", "--global-batch-size", "2", "--seq-length", "32", "--max-position-embeddings", "48",

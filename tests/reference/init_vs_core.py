@@ -23,20 +23,19 @@ standard errors off.
 """
 import math
 import os
-import shutil
 import subprocess
 import sys
+
+from reference_env import fresh_dir, missing
 
 try:
     import torch
     from megatron.core.utils import init_method_normal, scaled_init_method_normal
 except ImportError as e:  # pragma: no cover
-    print(f"SKIP: megatron-core not importable ({e}); run scripts/setup.sh")
-    sys.exit(1 if os.environ.get("CI") else 77)  # CI never goes green by skipping
+    missing(e, "megatron-core")
 
 bin_dir, data_dir, work = sys.argv[1:4]
-shutil.rmtree(work, ignore_errors=True)
-os.makedirs(work)
+fresh_dir(work)
 L, H, HEADS, SEQ, STD = 4, 256, 4, 64, 0.02
 cmd = [os.path.join(bin_dir, "pretrain_gpt"), "--num-layers", str(L), "--hidden-size", str(H), "--num-attention-heads", str(HEADS),
        "--seq-length", str(SEQ), "--max-position-embeddings", str(SEQ), "--micro-batch-size", "1", "--global-batch-size", "1",

@@ -26,12 +26,13 @@ import os
 import shlex
 import sys
 
+from reference_env import missing
+
 try:
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from make_url_goldens import DOMAINS, EXTS_ZEROLM, verdict_with
 except ImportError as e:  # pragma: no cover
-    print(f"SKIP: tldextract not importable ({e}); run scripts/setup.sh")
-    sys.exit(1 if os.environ.get("CI") else 77)  # CI never goes green by skipping
+    missing(e, "tldextract")
 
 E2E = sys.argv[1]
 checked = 0
