@@ -4,8 +4,10 @@
 // one tiny forward/backward (untimed, so that the gradients come from the
 // engine's own hooks), then times reduce_grads() + the norm + step(): the gradient norm,
 // clipping and AdamW over this rank's shard, the data-parallel reduce-scatter
-// and all-gather when several ranks run, and with --offload the copies to and
-// from the CPU master weights. Rank 0 prints one JSON line.
+// and all-gather when several ranks run, and with --offload the copies of the
+// new parameters up (the gradients' copies down start as each bucket's
+// reduction is done, inside the untimed backward, as in training; on a CPU
+// run they are plain copies there). Rank 0 prints one JSON line.
 // Several ranks: started by any launcher (RANK, WORLD_SIZE, MASTER_ADDR, ...: dist_env.h).
 // --dump DIR: instead of timing, one step on gradients also computed by plain
 // autograd, written for tests/bench/baseline_optimizer.py's check:

@@ -1,6 +1,9 @@
 #include "trainer/zero.h"
 
 #include <ATen/ExpandUtils.h>
+#include <c10/core/Event.h>
+#include <c10/core/StreamGuard.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
 #include <torch/csrc/autograd/utils/lambda_post_hook.h>
 #include <torch/csrc/autograd/variable.h>
 
@@ -11,6 +14,7 @@
 #include <future>
 #include <map>
 #include <mutex>
+#include <optional>
 
 #ifdef ZLM_HAVE_CUDA
 #include <cuda_runtime_api.h>
@@ -42,8 +46,15 @@ struct Bucket {
   torch::Tensor flat_param;   // full parameters (unless sharded_params)
   torch::Tensor param_shard;  // sharded_params: this rank's parameters (device, or host with offload_params)
   torch::Tensor flat_grad;    // stages 0, 1: the buffer param.grad views point into
-  torch::Tensor grad_shard;   // reduced gradient of the owned range (device)
-  torch::Tensor host_grad;    // offload: host copy of grad_shard
+  torch::Tensor grad_shard;   // reduced gradient of the owned range (device; stage 1: a view of flat_grad, reduced in place)
+  torch::Tensor host_grad;    // offload, stages 0, 1 (and delayed updates): host copy of grad_shard
+  bool shard_in_flat = false;  // grad_shard is (a view into) flat_grad
+  // Offload, stages 0, 1: grad_shard goes to host_grad as soon as its
+  // reduction is done (not for a bucket of its own, which the caller changes
+  // after reduce_grads, nor with delayed updates, whose step reads host_grad
+  // in the background); d2h_done marks the end of the copy.
+  bool early_d2h = false;
+  std::optional<c10::Event> d2h_done;
   torch::Tensor host_param;   // offload with CUDA, 16-bit parameters on the device: the cast chunk on its way up
   torch::Tensor master, exp_avg, exp_avg_sq;  // owned range, fp32, on the optimizer's device
   bool master_is_param = false;
@@ -73,6 +84,42 @@ torch::Tensor zeros_on(int64_t n, const torch::Device& dev, bool pin, torch::Sca
 
 int64_t bytes(const torch::Tensor& t) { return t.defined() ? t.numel() * static_cast<int64_t>(t.element_size()) : 0; }
 
+// Copies between the device and pinned host memory on a stream of their own
+// (CUDA), so that they overlap the compute stream's work: each starts when the
+// compute stream has done what was queued on it so far, and an event marks its
+// end. On the CPU a plain copy (nothing to overlap; the same code path runs).
+struct CopyStream {
+  std::optional<c10::Stream> stream;
+  explicit CopyStream(const torch::Device& d) {
+    if (d.is_cuda()) stream = c10::impl::VirtualGuardImpl(d.type()).getStreamFromGlobalPool(d);
+  }
+  void copy(torch::Tensor dst, const torch::Tensor& src, std::optional<c10::Event>& done) const {
+    if (!stream) {
+      dst.copy_(src);
+      return;
+    }
+    c10::Event queued(stream->device_type());
+    queued.record(c10::impl::VirtualGuardImpl(stream->device_type()).getStream(stream->device()));
+    queued.block(*stream);
+    c10::StreamGuard on(*stream);
+    dst.copy_(src, /*non_blocking=*/true);
+    done.emplace(stream->device_type());
+    done->record(*stream);
+  }
+  // The host waits for the copy (or the work) an event marks.
+  static void wait(std::optional<c10::Event>& e) {
+    if (!e) return;
+    e->synchronize();
+    e.reset();
+  }
+  // An event for what the compute stream has queued so far (none on CPU).
+  void mark(std::optional<c10::Event>& e) const {
+    if (!stream) return;
+    e.emplace(stream->device_type());
+    e->record(c10::impl::VirtualGuardImpl(stream->device_type()).getStream(stream->device()));
+  }
+};
+
 }  // namespace
 
 struct ZeroEngine::Impl {
@@ -85,7 +132,23 @@ struct ZeroEngine::Impl {
   // Stages 0, 1 with gradients of another dtype than the parameters: param.grad
   // cannot be a view of the bucket; a hook adds it in (Megatron's main_grad).
   bool main_grad = false;
-  double grad_mult = 1.0;  // 16-bit gradients: the factor reduce_grads recorded (see zero.h)
+  // The factor reduce_grads recorded (see zero.h), applied in fp32 by the
+  // norm and the step: for 16-bit gradients, and for those that go to the
+  // host as soon as they are reduced (defer_mult); 1 otherwise.
+  double grad_mult = 1.0;
+  bool defer_mult = false;
+  CopyStream d2h;                       // gradients to the host (CUDA; a plain copy on CPU)
+  std::optional<c10::Event> up_done;    // offload: the last step's parameter copies up (queued on the compute stream)
+  // Offload at stages 2, 3: a bucket's reduced part on its way to the host
+  // gradient shard (copied into landing_buf on the copy stream with CUDA), added
+  // there when the next bucket's reduction completes or the backward ends.
+  struct Landing {
+    Bucket* k;
+    torch::Tensor part, host;
+    std::optional<c10::Event> done;
+  };
+  std::optional<Landing> landing;
+  torch::Tensor landing_buf;  // pinned, CUDA only
   std::vector<Bucket> buckets;            // [0] outer, [1 + l] block l
   // Per bucket: the virtual-pipeline chunk whose backward produces its
   // gradients (the outer bucket and those of their own: the first chunk on the
@@ -114,7 +177,7 @@ struct ZeroEngine::Impl {
   bool delayed() const { return cfg.delayed_update_after >= 0; }
 
   Impl(Gpt2& m, Comm& c, const ZeroConfig& z, const torch::Device& d)
-      : model(m), comm(c), cfg(z), device(d), opt_device(z.offload_optimizer ? torch::Device(torch::kCPU) : d) {
+      : model(m), comm(c), cfg(z), device(d), opt_device(z.offload_optimizer ? torch::Device(torch::kCPU) : d), d2h(d) {
     if (delayed() && !cfg.offload_optimizer)
       throw Error(ErrorKind::Usage, "the delayed parameter update needs the CPU offload of the optimizer (it overlaps the CPU step with the device's work)");
     W = comm.world();
@@ -181,8 +244,10 @@ struct ZeroEngine::Impl {
         k.flat_grad = zeros_on(k.padded, device, false, cfg.grad_dtype);
         if (!main_grad)
           for (auto& s : k.slots) s.param.mutable_grad() = k.flat_grad.narrow(0, s.offset, s.numel).view(s.shape);
-        // One rank owns the whole bucket: its shard is the full buffer (no copy).
-        k.grad_shard = cfg.stage == 0 || W == 1 ? k.flat_grad : zeros_on(k.own_len, device, false, cfg.grad_dtype);
+        // Stage 1 reduce-scatters in place: the owned range of the full buffer
+        // (NCCL's in-place case, output = input + rank * shard) is the shard.
+        k.grad_shard = k.flat_grad.narrow(0, k.own_begin, k.own_len);
+        k.shard_in_flat = true;
       } else {
         // Stages 2/3 with offload: reduced gradients go straight to host memory,
         // so the device never holds a gradient shard (DeepSpeed does the same).
@@ -190,8 +255,15 @@ struct ZeroEngine::Impl {
       }
       // Delayed updates read fp32 gradients of their own while the next
       // step's accumulate.
+      // Otherwise stages 0, 1 copy the reduced shard to the host (also on a
+      // CPU run, so that tests run that path), as soon as it is reduced.
+      const bool own_bucket = b >= static_cast<size_t>(L + 1);
       if (delayed()) k.host_grad = zeros_on(k.own_len, opt_device, pin);
-      else if (cfg.offload_optimizer && k.grad_shard.device() != opt_device) k.host_grad = zeros_on(k.own_len, opt_device, pin, cfg.grad_dtype);
+      else if (cfg.offload_optimizer && cfg.stage <= 1) {
+        k.host_grad = zeros_on(k.own_len, opt_device, pin, cfg.grad_dtype);
+        k.early_d2h = !own_bucket;
+        defer_mult = true;
+      }
       // Optimizer state of the owned range: master weights, Adam moments.
       torch::Tensor own = k.sharded_params ? k.param_shard : k.flat_param.narrow(0, k.own_begin, k.own_len);
       // With offload the master weights are a separate host copy (copied back
@@ -226,6 +298,12 @@ struct ZeroEngine::Impl {
     launch_order[chunk_of[0]].push_back(0);
     for (size_t b = static_cast<size_t>(L + 1); b < buckets.size(); ++b) launch_order[chunk_of[b]].push_back(b);
     for (auto& order : launch_order) std::erase_if(order, [&](size_t b) { return !buckets[b].hooked || buckets[b].slots.empty(); });
+    defer_mult = defer_mult || cfg.grad_dtype != torch::kFloat;
+    if (pin && cfg.stage >= 2) {
+      int64_t most = 0;
+      for (const auto& k : buckets) most = std::max(most, k.own_len);
+      landing_buf = pinned_zeros(most, cfg.grad_dtype);
+    }
     for (size_t b = 0; b < buckets.size(); ++b)
       for (const auto& s : buckets[b].slots)
         if (s.name == "wte.weight") wte_bucket = b;
@@ -251,6 +329,9 @@ struct ZeroEngine::Impl {
 
   ~Impl() {
     if (pending.valid()) pending.wait();
+    for (auto& k : buckets) CopyStream::wait(k.d2h_done);  // their buffers go with the engine
+    if (landing) CopyStream::wait(landing->done);
+    CopyStream::wait(up_done);
     model->block_fn = nullptr;
     model->embed_fn = nullptr;
     model->head_fn = nullptr;
@@ -316,7 +397,9 @@ struct ZeroEngine::Impl {
   // The reduce-scatter runs in the background while backward computes the
   // next bucket's gradients (DeepSpeed's overlap_comm); at most one is in
   // flight, and they are added to the shards in launch order, so the sums
-  // are those of the blocking version. finish_reduces() completes them all.
+  // are those of the blocking version. finish_reduces() completes them all;
+  // with land = false a part on its way to a host shard may stay so (the
+  // host waits for it only when the next one is ready to go).
   struct Reducing {
     Bucket* k;
     torch::Tensor full, part;
@@ -324,20 +407,42 @@ struct ZeroEngine::Impl {
   };
   std::deque<Reducing> reducing;
   void reduce_flat_into_shard(Bucket& k, const torch::Tensor& full) {
-    finish_reduces();
+    finish_reduces(/*land=*/false);
     Reducing r{&k, full.to(cfg.grad_dtype), torch::empty({k.own_len}, full.options().dtype(cfg.grad_dtype)), nullptr};
     r.op = comm.reduce_scatter_async(r.part, r.full);
     reducing.push_back(std::move(r));
   }
-  void finish_reduces() {
+  void finish_reduces(bool land = true) {
     torch::NoGradGuard no_grad;
     for (; !reducing.empty(); reducing.pop_front()) {
       Reducing& r = reducing.front();
       r.op->wait();
-      if (!r.part.defined()) continue;  // reduced in place
-      torch::Tensor& shard = r.k->grad_shard;
-      shard.add_(r.part.device() == shard.device() ? r.part : r.part.to(shard.device()));
+      if (!r.part.defined()) {  // reduced in place (stages 0, 1): on its way to the host now
+        if (r.k->early_d2h) d2h.copy(r.k->host_grad, r.k->grad_shard, r.k->d2h_done);
+        continue;
+      }
+      if (!cfg.offload_optimizer) {
+        r.k->grad_shard.add_(r.part);
+        continue;
+      }
+      // Offload: the part goes to the host on the copy stream and is added to
+      // the host shard later, once the previous one is (one staging buffer).
+      finish_landing();
+      Landing l{r.k, r.part, r.part, std::nullopt};
+      if (landing_buf.defined()) {
+        l.host = landing_buf.narrow(0, 0, r.part.numel());
+        d2h.copy(l.host, r.part, l.done);
+      }
+      landing = std::move(l);
     }
+    if (land) finish_landing();
+  }
+  void finish_landing() {
+    if (!landing) return;
+    CopyStream::wait(landing->done);
+    torch::Tensor& shard = landing->k->grad_shard;
+    shard.add_(landing->host.device() == shard.device() ? landing->host : landing->host.to(shard.device()));
+    landing.reset();
   }
 
   // ---- stage 3: a bucket's parameters are gathered around each use. The next
@@ -561,8 +666,9 @@ ZeroEngine::~ZeroEngine() = default;
 void ZeroEngine::begin_step(int64_t micro_batches) {
   torch::NoGradGuard no_grad;
   for (auto& k : impl_->buckets) {
+    CopyStream::wait(k.d2h_done);  // a copy that no step read (a skipped one) still reads the buffer
     if (k.flat_grad.defined()) k.flat_grad.zero_();
-    if (k.grad_shard.defined() && !k.grad_shard.is_same(k.flat_grad)) k.grad_shard.zero_();
+    if (k.grad_shard.defined() && !k.shard_in_flat) k.grad_shard.zero_();
     k.ready = 0;
     k.reduced = false;
   }
@@ -614,7 +720,7 @@ void ZeroEngine::reduce_grads(double grad_mult) {
       for (size_t b : order)
         if (!I.buckets[b].reduced) I.reduce_hooked(I.buckets[b]);
   I.finish_reduces();
-  if (I.cfg.grad_dtype != torch::kFloat) I.grad_mult = grad_mult;  // applied in fp32 by the norm and the step
+  if (I.defer_mult) I.grad_mult = grad_mult;  // applied in fp32 by the norm and the step
   else if (grad_mult != 1.0)
     for (auto& k : I.buckets) k.grad_shard.mul_(grad_mult);
 }
@@ -726,7 +832,7 @@ void ZeroEngine::step(double lr, double clip_coef) {
   // The gradients' factor: the clipping coefficient, and for 16-bit gradients
   // the loss-scale and averaging factor too (see zero.h).
   const double mult = I.grad_mult * clip_coef;
-  if (I.pin) torch::cuda::synchronize();  // last step's copies up are done before the master weights change
+  CopyStream::wait(I.up_done);  // last step's copies up are done before the master weights change
   if (I.delayed() && step_ > I.cfg.delayed_update_after) {
     // This step's gradients, unscaled and clipped, into fp32 buffers of their
     // own; AdamW runs in the background until the next step() or sync().
@@ -739,22 +845,19 @@ void ZeroEngine::step(double lr, double clip_coef) {
     });
     return;
   }
-  // Offload: every gradient shard goes to host memory first (asynchronous
-  // copies into pinned buffers, one wait), then AdamW runs chunk by chunk on
-  // the CPU. fp32 gradients are multiplied in place, 16-bit ones per chunk in fp32.
-  const bool half_grads = I.cfg.grad_dtype != torch::kFloat;
-  bool copied = false;
+  // Offload at stages 0, 1: the reduced gradients are on their way to host
+  // memory since their reduction (those of a bucket of its own go now); each
+  // bucket's AdamW waits for its own copy only, then runs chunk by chunk on
+  // the CPU. The gradients are multiplied per chunk (in place when fp32).
+  for (auto& k : I.buckets)
+    if (k.host_grad.defined() && !k.early_d2h) I.d2h.copy(k.host_grad, k.grad_shard, k.d2h_done);
   for (auto& k : I.buckets) {
-    if (!half_grads && mult != 1.0) k.grad_shard.mul_(mult);
-    if (k.host_grad.defined()) {
-      k.host_grad.copy_(k.grad_shard, /*non_blocking=*/I.pin);
-      copied = copied || I.pin;
-    }
+    CopyStream::wait(k.d2h_done);
+    I.adamw(k, k.host_grad.defined() ? k.host_grad : k.grad_shard, mult, lr, steps, /*publish=*/true);
   }
-  if (copied) torch::cuda::synchronize();
-  for (auto& k : I.buckets) I.adamw(k, k.host_grad.defined() ? k.host_grad : k.grad_shard, half_grads ? mult : 1.0, lr, steps, /*publish=*/true);
   // The master weights and staging buffers are not written again before the
-  // next step's synchronisation, so the asynchronous copies above may still run.
+  // next step waits for up_done, so the asynchronous copies up may still run.
+  if (I.pin) I.d2h.mark(I.up_done);
   I.publish(/*copy=*/false);
 }
 
@@ -763,13 +866,16 @@ void ZeroEngine::sync() {
   if (!I.pending.valid()) return;
   I.pending.get();  // an error of the background step is raised here
   I.publish(/*copy=*/true);
-  if (I.pin) torch::cuda::synchronize();  // the next update writes what the copies read
+  if (I.pin) {  // the next update writes what the copies read
+    I.d2h.mark(I.up_done);
+    CopyStream::wait(I.up_done);
+  }
 }
 
 MemoryPlan ZeroEngine::plan() const {
   const auto& I = *impl_;
   MemoryPlan p;
-  int64_t max_gathered = 0, max_staging = 0;
+  int64_t max_gathered = 0, max_staging = 0, max_part = 0;
   const auto param_size = static_cast<int64_t>(c10::elementSize(I.cfg.param_dtype));
   const auto grad_size = static_cast<int64_t>(c10::elementSize(I.cfg.grad_dtype));
   for (const auto& k : I.buckets) {
@@ -777,7 +883,8 @@ MemoryPlan ZeroEngine::plan() const {
     (I.cfg.offload_params ? p.params_host : p.params_device) += bytes(k.param_shard);
     p.params_host += bytes(k.host_param);
     if (I.cfg.stage >= 2) max_staging = std::max(max_staging, k.padded * grad_size);
-    const int64_t shard = k.grad_shard.is_same(k.flat_grad) ? 0 : bytes(k.grad_shard);
+    max_part = std::max(max_part, k.own_len * grad_size);
+    const int64_t shard = k.shard_in_flat ? 0 : bytes(k.grad_shard);
     const bool shard_on_host = I.cfg.offload_optimizer && I.cfg.stage >= 2;  // by role: on CPU-only runs both places are the CPU
     p.grads_device += bytes(k.flat_grad) + (shard_on_host ? 0 : shard);
     p.grads_host += bytes(k.host_grad) + (shard_on_host ? shard : 0);
@@ -801,6 +908,10 @@ MemoryPlan ZeroEngine::plan() const {
   // next being built); at stage 3 the gradients of the embeddings' and the
   // head's buckets are also held from the head's backward to the embeddings'.
   p.grads_staging = 2 * max_staging;
+  // With offload at stages 2, 3 a reduced part waits on the device for its
+  // copy to the host (in a pinned buffer of that size, with CUDA).
+  if (I.cfg.offload_optimizer && I.cfg.stage >= 2) p.grads_staging += max_part;
+  p.grads_host += bytes(I.landing_buf);
   if (I.cfg.stage == 3) p.grads_staging += I.outer_padded() * param_size;
   p.grads_device += p.grads_staging;
   return p;

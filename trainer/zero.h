@@ -22,8 +22,10 @@
 //            it, Megatron's main_grad) and are all-reduced per bucket during
 //            the last micro-batch's backward (in one fixed bucket order on all
 //            ranks); every rank keeps full Adam states and steps them.
-//   stage 1  optimizer states sharded: as stage 0, but reduce-scattered into the
-//            rank's shard; each rank steps its shard and the parameters are
+//   stage 1  optimizer states sharded: as stage 0, but reduce-scattered in
+//            place (the rank's shard is its range of the full buffer, as
+//            Megatron's distributed optimizer and llm.c do: no second gradient
+//            buffer); each rank steps its shard and the parameters are
 //            all-gathered (in the parameter dtype).
 //   stage 2  + gradients sharded: as soon as backward has produced a bucket's
 //            gradients (autograd post-hooks), they are reduce-scattered into the
@@ -51,6 +53,15 @@
 //            new parameters are cast to the parameter dtype on the host and
 //            copied up (16-bit parameters cross the bus once per step). Stage 3
 //            can also keep the parameter shards in CPU memory (offload_params).
+//            Gradients go down in their reduction dtype as soon as a bucket's
+//            reduction is done, on a copy stream of their own that waits for
+//            the compute stream by an event (the compute stream never waits
+//            for a copy): at stages 0, 1 into a host copy of the shard, which
+//            the step's AdamW of that bucket waits for (by its event, not the
+//            whole device); at stages 2, 3 into a pinned staging buffer, added
+//            to the host shard when the next bucket's reduction is done. The
+//            loss-scale and averaging factor of gradients copied this way is
+//            applied on the host, in fp32 (as for 16-bit gradients, below).
 //   delayed  with offload, DeepSpeed's delayed parameter update (the ZeRO-Offload
 //            paper's DPU), after ZeroConfig::delayed_update_after synchronous
 //            steps: step i copies its gradients (unscaled, clipped, fp32) to
@@ -64,7 +75,8 @@
 //   16-bit gradients are multiplied by the loss-scale and averaging factors
 //   only when the optimizer reads them in fp32 (an fp16 gradient scaled back
 //   in fp16 would underflow): reduce_grads records the factor, the norm and
-//   the step apply it.
+//   the step apply it. So do the gradients that offload copies to the host
+//   while backward still runs (stages 0, 1).
 //
 // Checkpoints hold full per-parameter tensors (master weights, exp_avg,
 // exp_avg_sq, step), so a run saved by W ranks resumes on any W'.

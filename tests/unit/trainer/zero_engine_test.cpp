@@ -422,6 +422,7 @@ TEST(ZeroEngine, StagesOnTwoRanksAreBitIdentical) {
   const Params s1 = load_params(dir.path / "stage1.pt");
   expect_close(load_params(dir.path / "stage2.pt"), s1, 0.0, "stage 2 vs 1");
   expect_close(load_params(dir.path / "stage3.pt"), s1, 0.0, "stage 3 vs 1");
+  expect_close(load_params(dir.path / "stage1_offload.pt"), s1, 1e-6, "stage 1 offload vs 1");
   expect_close(load_params(dir.path / "stage3_offload.pt"), s1, 1e-6, "stage 3 offload vs 1");
   expect_close(s1, train_reference(4), 1e-6, "stage 1 on 2 ranks vs LibTorch AdamW");
   const Params d1 = load_params(dir.path / "stage1_delayed.pt");
@@ -433,13 +434,12 @@ TEST(ZeroEngine, StagesOnTwoRanksAreBitIdentical) {
 // Bytes per parameter on each rank, by the ZeRO paper's accounting (Rajbhandari
 // et al. 2020, mixed precision: 2 bytes of 16-bit parameters, 2 of gradients,
 // 12 of fp32 master weights and Adam moments; stage 1 shards the 12, stage 2
-// the gradients too, stage 3 everything; W ranks), on 2 ranks. zerolm's stage 1
-// keeps the reduced gradient shard beside the full gradient buffer: 2 / W more
-// than the paper. Offload moves the 12 / W to the host, and at stages 2, 3 the
-// reduced gradient shard (on a GPU, stages 0 and 1 add a host copy of the
-// reduced shard, which a CPU run, whose buffers are host memory already,
-// does not need). With fp32 gradients (Megatron's --bf16) every gradient
-// figure doubles.
+// the gradients too, stage 3 everything; W ranks), on 2 ranks: stage 1
+// reduce-scatters in place, so it holds no gradient bytes beyond the paper's.
+// Offload moves the 12 / W to the host, and at stages 2, 3 the reduced
+// gradient shard; at stages 0 and 1 it adds a host copy of the reduced shard
+// (which the device's full buffer needs for the next step's accumulation).
+// With fp32 gradients (Megatron's --bf16) every gradient figure doubles.
 TEST(ZeroEngine, BytesPerParameterFollowTheZeroPaper) {
   const TempDir dir("memory");
   ASSERT_TRUE(run_ranks("memory", 2, dir));
@@ -460,8 +460,8 @@ TEST(ZeroEngine, BytesPerParameterFollowTheZeroPaper) {
     w.optim_device = offload ? 0 : (stage == 0 ? 12 : 12 * shard);
     w.optim_host = offload ? (stage == 0 ? 12 : 12 * shard) : 0;
     if (stage <= 1) {
-      w.grads_device = g + (stage == 1 ? g * shard : 0);
-      w.grads_host = 0;
+      w.grads_device = g;
+      w.grads_host = offload ? g * (stage == 1 ? shard : 1) : 0;
     } else {
       w.grads_device = offload ? 0 : g * shard;
       w.grads_host = offload ? g * shard : 0;
@@ -493,6 +493,11 @@ void worker_collectives(Comm& c, const fs::path& dir) {
   torch::Tensor shard = torch::empty({2}, f);
   c.reduce_scatter_sum(shard, full);  // chunk r of the sum: (2*[0,1,2,3] + 100) at r*2..
   expect_all(shard.equal(torch::arange(4, f).narrow(0, 2 * r, 2) * 2 + 100), "reduce_scatter_sum");
+  // In place (ZeRO stage 1): the shard is the rank's chunk of the input.
+  torch::Tensor inplace = torch::arange(4, f) + 100 * r;
+  torch::Tensor chunk = inplace.narrow(0, 2 * r, 2);
+  c.reduce_scatter_sum(chunk, inplace);
+  expect_all(chunk.equal(torch::arange(4, f).narrow(0, 2 * r, 2) * 2 + 100), "reduce_scatter_sum in place");
   torch::Tensor gathered = torch::empty({4}, f);
   torch::Tensor mine = torch::full({2}, static_cast<float>(r), f);
   c.all_gather(gathered, mine);
@@ -525,7 +530,7 @@ void worker_collectives(Comm& c, const fs::path& dir) {
 
 void worker_stages(Comm& c, const fs::path& dir) {
   for (auto [stage, offload, name] : {std::tuple{1, false, "stage1"}, std::tuple{2, false, "stage2"}, std::tuple{3, false, "stage3"},
-                                      std::tuple{3, true, "stage3_offload"}}) {
+                                      std::tuple{1, true, "stage1_offload"}, std::tuple{3, true, "stage3_offload"}}) {
     const Params p = train(stage, offload, c, 4);
     if (c.rank() == 0) save_params(p, dir / (std::string(name) + ".pt"));
   }
