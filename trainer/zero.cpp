@@ -98,9 +98,9 @@ struct CopyStream {
       dst.copy_(src);
       return;
     }
-    c10::Event queued(stream->device_type());
-    queued.record(c10::impl::VirtualGuardImpl(stream->device_type()).getStream(stream->device()));
-    queued.block(*stream);
+    std::optional<c10::Event> queued;
+    mark(queued);
+    queued->block(*stream);
     c10::StreamGuard on(*stream);
     dst.copy_(src, /*non_blocking=*/true);
     done.emplace(stream->device_type());
@@ -184,6 +184,7 @@ struct ZeroEngine::Impl {
     rank = comm.rank();
     pin = z.offload_optimizer && d.is_cuda();
     main_grad = cfg.stage <= 1 && cfg.grad_dtype != cfg.param_dtype;
+    defer_mult = cfg.grad_dtype != torch::kFloat || (cfg.offload_optimizer && cfg.stage <= 1 && !delayed());
     const auto L = static_cast<int64_t>(m->blocks->size());
     buckets.resize(static_cast<size_t>(L + 1) + cfg.own_buckets.size());
     for (int64_t l = 0; l <= L; ++l) buckets[static_cast<size_t>(l)].block = static_cast<int>(l) - 1;
@@ -262,7 +263,6 @@ struct ZeroEngine::Impl {
       else if (cfg.offload_optimizer && cfg.stage <= 1) {
         k.host_grad = zeros_on(k.own_len, opt_device, pin, cfg.grad_dtype);
         k.early_d2h = !own_bucket;
-        defer_mult = true;
       }
       // Optimizer state of the owned range: master weights, Adam moments.
       torch::Tensor own = k.sharded_params ? k.param_shard : k.flat_param.narrow(0, k.own_begin, k.own_len);
@@ -298,7 +298,6 @@ struct ZeroEngine::Impl {
     launch_order[chunk_of[0]].push_back(0);
     for (size_t b = static_cast<size_t>(L + 1); b < buckets.size(); ++b) launch_order[chunk_of[b]].push_back(b);
     for (auto& order : launch_order) std::erase_if(order, [&](size_t b) { return !buckets[b].hooked || buckets[b].slots.empty(); });
-    defer_mult = defer_mult || cfg.grad_dtype != torch::kFloat;
     if (pin && cfg.stage >= 2) {
       int64_t most = 0;
       for (const auto& k : buckets) most = std::max(most, k.own_len);
@@ -440,8 +439,7 @@ struct ZeroEngine::Impl {
   void finish_landing() {
     if (!landing) return;
     CopyStream::wait(landing->done);
-    torch::Tensor& shard = landing->k->grad_shard;
-    shard.add_(landing->host.device() == shard.device() ? landing->host : landing->host.to(shard.device()));
+    landing->k->grad_shard.add_(landing->host);  // both in host memory
     landing.reset();
   }
 
