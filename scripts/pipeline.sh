@@ -5,7 +5,7 @@
 #   -> find_duplicates -> group_dups -> dedup -> shuffle -> preprocess_data
 #
 # Usage:
-#   scripts/pipeline.sh --raw RAW.jsonl --work DIR --vocab-file V --merge-file M
+#   scripts/pipeline.sh --raw RAW.jsonl --work DIR [--vocab-file V --merge-file M]
 #                       [--urls DIR_OR_FILE] [--skip STAGE]... [--threads N] [--seed N]
 #                       [--group-threshold T] [--key url] [--output-name NAME]
 #
@@ -14,7 +14,8 @@
 # output is a finished one): an interrupted run resumes where it stopped. A
 # summary table (documents in/out and seconds per stage) ends the run and is
 # saved as DIR/summary.txt. --skip cleanup passes the raw documents on unchanged
-# (for data cleaned elsewhere).
+# (for data cleaned elsewhere). Without --vocab-file/--merge-file the tools use
+# GPT-2's own files, installed with them.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BIN=${BIN:-$ROOT/build/bin}
@@ -38,7 +39,10 @@ while (($#)); do
     *) echo "pipeline.sh: unknown argument '$1'" >&2; usage ;;
   esac
 done
-[[ -n $RAW && -n $WORK && -n $VOCAB && -n $MERGES ]] || { echo "pipeline.sh: --raw, --work, --vocab-file and --merge-file are required" >&2; usage; }
+[[ -n $RAW && -n $WORK ]] || { echo "pipeline.sh: --raw and --work are required" >&2; usage; }
+TOKENIZER=()  # none given: the tools' own GPT-2 files
+[[ -n $VOCAB ]] && TOKENIZER+=(--vocab-file "$VOCAB")
+[[ -n $MERGES ]] && TOKENIZER+=(--merge-file "$MERGES")
 [[ -f $RAW ]] || { echo "pipeline.sh: --raw '$RAW' does not exist" >&2; exit 2; }
 mkdir -p "$WORK"
 SUMMARY=()
@@ -83,7 +87,7 @@ if [[ -n ${SKIP[cleanup]:-} ]]; then
   stage cleanup "$RAW" "$RAW" true
 else
   stage cleanup "$RAW" "$CLEANED" "$BIN/cleanup" "$RAW" "$CLEANED" --workers "$THREADS" \
-    --vocab-file "$VOCAB" --merge-file "$MERGES" --rejected-out "$WORK/cleanup.rejected.jsonl"
+    "${TOKENIZER[@]}" --rejected-out "$WORK/cleanup.rejected.jsonl"
 fi
 stage find_duplicates "$CLEANED" "$WORK/duplicates.jsonl" \
   "$BIN/find_duplicates" --inputs "$CLEANED" "$KEY" --output "$WORK/duplicates.jsonl" --threads "$THREADS"
@@ -95,7 +99,7 @@ stage shuffle "$WORK/deduped.jsonl" "$WORK/shuffled.jsonl" \
   "$BIN/shuffle" --seed "$SEED" "$WORK/deduped.jsonl" "$WORK/shuffled.jsonl"
 stage preprocess_data "$WORK/shuffled.jsonl" "$WORK/${NAME}_text_document.idx" \
   "$BIN/preprocess_data" --input "$WORK/shuffled.jsonl" --json-keys text --tokenizer-type GPT2BPETokenizer \
-  --vocab-file "$VOCAB" --merge-file "$MERGES" --append-eod --workers "$THREADS" --output-prefix "$WORK/$NAME" \
+  "${TOKENIZER[@]}" --append-eod --workers "$THREADS" --output-prefix "$WORK/$NAME" \
   --stats-out "$WORK/preprocess.stats.json"
 
 {

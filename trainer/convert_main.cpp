@@ -13,6 +13,7 @@
 #include "common/io/cli.h"
 #include "common/core/error.h"
 #include "common/tokenizer/gpt2_bpe.h"
+#include "common/tokenizer/gpt2_files.h"
 #include "common/core/log.h"
 #include "common/core/output_file.h"
 #include "trainer/hf_export.h"
@@ -27,8 +28,8 @@ int main(int argc, char** argv) {
   app.add_option("--load", load, "pretrain_gpt checkpoint directory");
   app.add_option("--export-hf", export_dir, "Write config.json + model.safetensors here");
   app.add_option("--import-hf", import_dir, "Read a GPT2LMHeadModel directory (float32 safetensors)");
-  app.add_option("--vocab-file", vocab_file, "GPT-2 vocab.json (the unpadded vocabulary size)");
-  app.add_option("--merge-file", merge_file, "GPT-2 merges.txt");
+  app.add_option("--vocab-file", vocab_file, "GPT-2 vocab.json, the unpadded vocabulary size (default: GPT-2's own)");
+  app.add_option("--merge-file", merge_file, "GPT-2 merges.txt (default: GPT-2's own)");
   app.add_option("--make-vocab-size-divisible-by", divisible_by, "Padding for --import-hf")->capture_default_str();
   app.add_option("--dump-logits", dump, "Write the logits of --tokens to FILE");
   app.add_option("--tokens", tokens, "Space-separated token ids for --dump-logits");
@@ -40,9 +41,9 @@ int main(int argc, char** argv) {
     int64_t iteration = 0;
     auto model = !load.empty() ? zlm::trainer::load_model(load, &iteration) : zlm::trainer::import_hf(import_dir, divisible_by);
     if (!export_dir.empty()) {
-      if (vocab_file.empty() || merge_file.empty())
-        throw zlm::Error(zlm::ErrorKind::Usage, "--export-hf needs --vocab-file and --merge-file (the unpadded vocabulary)");
-      auto bpe = zlm::Gpt2Bpe::load(vocab_file, merge_file);
+      const zlm::Gpt2Files files = zlm::resolve_gpt2_files(vocab_file, merge_file);  // the unpadded vocabulary
+      auto bpe = zlm::Gpt2Bpe::load(files.vocab_file, files.merge_file);
+      stats.set("vocab_file", files.vocab_file);
       zlm::trainer::export_hf(model, static_cast<int64_t>(bpe.vocab_size()), export_dir);
       ZLM_LOG_INF("exported %s (iteration %ld) to %s", load.c_str(), (long)iteration, export_dir.c_str());
     }

@@ -6,7 +6,8 @@
 //   gradient_clipping -> --clip-grad
 //   zero_optimization.stage -> --zero-stage; cpu_offload (old form) or
 //       offload_optimizer.device "cpu" -> --cpu-offload; offload_param.device
-//       "cpu" -> --offload-params; sub_group_size -> elements per CPU AdamW chunk
+//       "cpu" (or the old cpu_offload_params) -> --offload-params;
+//       sub_group_size -> elements per CPU AdamW chunk
 //   fp16 {enabled, loss_scale, initial_scale_power, loss_scale_window,
 //       hysteresis, min_loss_scale} -> --fp16 and Megatron's scaler flags
 //   bf16 {enabled} -> --bf16
@@ -14,7 +15,8 @@
 // Keys that only tune DeepSpeed's own machinery (bucket sizes, overlap_comm,
 // stage3 prefetch and persistence knobs, logging) are accepted and reported as
 // notes saying what zerolm does instead; any other key is an error naming it.
-// Pure C++ over simdjson (invalid JSON is named by line and column).
+// Read as Python reads it (a repeated key keeps its last value) through
+// trainer/json_object.h: invalid JSON is named by line and column.
 #pragma once
 
 #include <string>

@@ -7,6 +7,7 @@
 #include "common/io/cli.h"
 #include "common/core/error.h"
 #include "common/tokenizer/gpt2_bpe.h"
+#include "common/tokenizer/gpt2_files.h"
 #include "common/core/log.h"
 #include "trainer/torch_errors.h"
 #include "trainer/trainer.h"
@@ -47,8 +48,8 @@ int main(int argc, char** argv) {
   CLI::App app{"Sample text from the latest checkpoint of a pretrain_gpt run."};
   app.add_option("--load", o.load, "Checkpoint directory (pretrain_gpt --save)")->required();
   app.add_option("--prompt", o.prompt, "Text to continue")->required();
-  app.add_option("--vocab-file", o.vocab_file, "GPT-2 vocab.json used for training")->required();
-  app.add_option("--merge-file", o.merge_file, "GPT-2 merges.txt used for training")->required();
+  app.add_option("--vocab-file", o.vocab_file, "GPT-2 vocab.json used for training (default: GPT-2's own, installed with the tools)");
+  app.add_option("--merge-file", o.merge_file, "GPT-2 merges.txt used for training (default: GPT-2's own)");
   app.add_option("--max-new-tokens", o.max_new_tokens, "Tokens to generate")->capture_default_str()->check(zlm::whole_number(1, 1000000));
   app.add_option("--temperature", o.temperature, "0 = greedy")->capture_default_str()->check(zlm::finite_range(0.0, 100.0));
   app.add_option("--top-k", o.top_k, "Keep the K most likely tokens (0: all)")->capture_default_str()->check(zlm::whole_number(0, INT32_MAX));
@@ -56,7 +57,9 @@ int main(int argc, char** argv) {
   app.add_option("--seed", o.seed, "Sampling seed")->capture_default_str()->check(zlm::whole_number(0, UINT64_MAX));
   zlm::add_common_flags(app, common);
   return zlm::tool_main("generate_gpt", app, common, argc, argv, [&] { return zlm::trainer::with_torch_errors([&] { return zlm::run_with_stats("generate_gpt", common, [&](zlm::Stats& stats) {
-    auto bpe = zlm::Gpt2Bpe::load(o.vocab_file, o.merge_file);
+    const zlm::Gpt2Files files = zlm::resolve_gpt2_files(o.vocab_file, o.merge_file);
+    o.vocab_file = files.vocab_file;
+    auto bpe = zlm::Gpt2Bpe::load(files.vocab_file, files.merge_file);
     int64_t iteration = 0;
     auto model = zlm::trainer::load_model(o.load, &iteration);
     ZLM_LOG_INF("loaded %s at iteration %ld", o.load.c_str(), (long)iteration);
@@ -82,6 +85,8 @@ int main(int argc, char** argv) {
     std::printf("%s%s\n", o.prompt.c_str(), bpe.decode(out).c_str());
     std::fflush(stdout);
     stats.set("iteration", iteration);
+    stats.set("vocab_file", files.vocab_file);
+    stats.set("merge_file", files.merge_file);
     stats.set("prompt_tokens", static_cast<uint64_t>(ids.size() - out.size()));
     stats.set("generated_tokens", static_cast<uint64_t>(out.size()));
     return 0;

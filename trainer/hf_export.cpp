@@ -10,6 +10,7 @@
 #include "common/core/json_writer.h"
 #include "common/core/output_file.h"
 #include "common/tokenizer/vocab_file.h"
+#include "trainer/hf_config.h"
 
 namespace zlm::trainer {
 
@@ -116,24 +117,13 @@ void export_hf(Gpt2& model, int64_t vocab, const std::string& dir) {
 Gpt2 import_hf(const std::string& dir, int64_t divisible_by) {
   std::string cfg_path = (std::filesystem::path(dir) / "config.json").string();
   std::string st_path = (std::filesystem::path(dir) / "model.safetensors").string();
-  simdjson::dom::parser config_parser;
-  simdjson::dom::object cfg;
-  if (auto err = config_parser.load(cfg_path).get(cfg))
-    throw Error(err == simdjson::IO_ERROR ? ErrorKind::Io : ErrorKind::Format, "%s: %s", cfg_path.c_str(), simdjson::error_message(err));
-  auto field = [&](const char* key) -> int64_t {
-    int64_t v;
-    if (cfg[key].get_int64().get(v)) throw Error(ErrorKind::Format, "%s: no integer field '%s'", cfg_path.c_str(), key);
-    return v;
-  };
-  // Plausible sizes first: the model is allocated from them.
-  auto in_range = [&](const char* key, int64_t lo, int64_t hi) {
-    const int64_t v = field(key);
-    if (v < lo || v > hi) throw Error(ErrorKind::Format, "%s: \"%s\": %ld is outside [%ld, %ld]", cfg_path.c_str(), key, (long)v, (long)lo, (long)hi);
-    return v;
-  };
-  const int64_t vocab = in_range("vocab_size", 1, int64_t{1} << 24), positions = in_range("n_positions", 1, int64_t{1} << 20);
-  const int64_t layers = in_range("n_layer", 1, 1024), hidden = in_range("n_embd", 1, 65536), heads = in_range("n_head", 1, 1024);
-  if (hidden % heads != 0) throw Error(ErrorKind::Format, "%s: n_embd %ld is not divisible by n_head %ld", cfg_path.c_str(), (long)hidden, (long)heads);
+  HfGpt2Config hf;
+  try {  // the same fields accepted and refused as pretrain_gpt --model-config; here a bad file is damaged input
+    hf = read_hf_gpt2_config(cfg_path);
+  } catch (const Error& e) {
+    throw Error(e.kind() == ErrorKind::Io ? ErrorKind::Io : ErrorKind::Format, "%s", e.what());
+  }
+  const int64_t vocab = hf.vocab_size, positions = hf.n_positions, layers = hf.n_layer, hidden = hf.n_embd, heads = hf.n_head;
   if (divisible_by < 1) throw Error(ErrorKind::Usage, "--make-vocab-size-divisible-by must be at least 1");
   std::string data = read_file(st_path);
   if (data.size() < 8) throw Error(ErrorKind::Format, "%s: %zu bytes: truncated (no header length)", st_path.c_str(), data.size());

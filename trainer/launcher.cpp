@@ -6,10 +6,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <charconv>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <set>
+#include <sstream>
 #include <thread>
 
 #include "common/core/error.h"
@@ -55,7 +58,9 @@ int exit_code(int status) {
 }  // namespace
 
 std::vector<std::string> strip_launcher_flags(int argc, const char* const* argv) {
-  static const std::set<std::string> kFlags = {"--nproc-per-node", "--nnodes", "--node-rank", "--master-addr", "--master-port"};
+  static const std::set<std::string> kFlags = {"--nproc-per-node", "--nnodes", "--node-rank", "--master-addr", "--master-port",
+                                               "--nproc_per_node", "--node_rank", "--master_addr", "--master_port",
+                                               "--num_gpus", "--num_accelerators", "--num_nodes", "--hostfile", "-H"};
   std::vector<std::string> out;
   for (int i = 0; i < argc; ++i) {
     std::string a = argv[i];
@@ -67,6 +72,38 @@ std::vector<std::string> strip_launcher_flags(int argc, const char* const* argv)
     out.push_back(a);
   }
   return out;
+}
+
+int hostfile_local_slots(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw Error(ErrorKind::Io, "--hostfile %s: cannot read it: %s", path.c_str(), std::strerror(errno));
+  std::vector<std::pair<std::string, int>> hosts;
+  std::string line;
+  for (int number = 1; std::getline(in, line); ++number) {
+    if (auto hash = line.find('#'); hash != std::string::npos) line.erase(hash);
+    std::istringstream words(line);
+    std::string host, slots;
+    if (!(words >> host)) continue;  // blank or comment
+    std::string rest;
+    int n = 0;
+    if (!(words >> slots) || slots.rfind("slots=", 0) != 0 || (words >> rest) ||
+        std::from_chars(slots.data() + 6, slots.data() + slots.size(), n).ptr != slots.data() + slots.size() || n < 1)
+      throw Error(ErrorKind::Usage, "--hostfile %s:%d: '%s' is not 'HOSTNAME slots=N' (DeepSpeed's hostfile format)", path.c_str(), number,
+                  line.c_str());
+    hosts.emplace_back(host, n);
+  }
+  if (hosts.empty()) throw Error(ErrorKind::Usage, "--hostfile %s lists no host", path.c_str());
+  if (hosts.size() > 1)
+    throw Error(ErrorKind::Usage, "--hostfile %s lists %zu hosts: pretrain_gpt starts ranks on this machine only (the deepspeed launcher "
+                "would ssh into each) ---> HINT: run pretrain_gpt --nnodes %zu --node-rank R --master-addr %s on each host, or start the "
+                "ranks with srun or mpirun", path.c_str(), hosts.size(), hosts.size(), hosts[0].first.c_str());
+  char name[256] = {0};
+  ::gethostname(name, sizeof name - 1);
+  const std::string& host = hosts[0].first;
+  if (host != "localhost" && host.rfind("127.", 0) != 0 && host != "::1" && host != name)
+    throw Error(ErrorKind::Usage, "--hostfile %s names host '%s', not this machine ('%s') ---> HINT: run pretrain_gpt on that host",
+                path.c_str(), host.c_str(), name);
+  return hosts[0].second;
 }
 
 int launch_local_ranks(const LaunchPlan& plan, const std::vector<std::string>& child_argv) {

@@ -21,8 +21,17 @@ struct LaunchPlan {
 };
 
 // argv minus the launcher's own flags (--nproc-per-node, --nnodes, --node-rank,
-// --master-addr, --master-port, in "--flag V" and "--flag=V" forms).
+// --master-addr, --master-port, their torchrun underscore spellings, and the
+// deepspeed launcher's --num_gpus, --num_nodes, --hostfile; in "--flag V" and
+// "--flag=V" forms).
 std::vector<std::string> strip_launcher_flags(int argc, const char* const* argv);
+
+// The ranks a deepspeed launcher hostfile gives this machine: its lines are
+// "HOSTNAME slots=N" ('#' starts a comment). One host, which must be this
+// machine (localhost, a 127.x address, ::1 or gethostname()), gives N; several
+// hosts are refused (pretrain_gpt never ssh-es into other machines), as is a
+// line of another form (zlm::Error(Usage) naming file and line).
+int hostfile_local_slots(const std::string& path);
 
 // Runs the ranks to completion; returns the exit status for main().
 int launch_local_ranks(const LaunchPlan& plan, const std::vector<std::string>& child_argv);

@@ -38,6 +38,13 @@ int main(int argc, char** argv) {
     }
     if (args.quiet) zlm::log_set_level(zlm::LogLevel::Wrn);
     if (args.verbose) zlm::log_set_level(zlm::LogLevel::Dbg);
+    if (!args.hostfile.empty()) {  // the deepspeed launcher's hostfile: this machine's slots
+      const int slots = zlm::trainer::hostfile_local_slots(args.hostfile);
+      if (args.nproc_per_node > slots)
+        throw zlm::Error(zlm::ErrorKind::Usage, "--num_gpus %ld exceeds the %d slots of --hostfile %s", (long)args.nproc_per_node, slots,
+                         args.hostfile.c_str());
+      if (args.nproc_per_node == 0) args.nproc_per_node = slots;
+    }
     if (args.nproc_per_node > 0) {  // be the launcher: start the local ranks and supervise them
       zlm::trainer::LaunchPlan plan{static_cast<int>(args.nproc_per_node), static_cast<int>(args.nnodes), static_cast<int>(args.node_rank),
                                     args.master_addr, static_cast<int>(args.master_port)};

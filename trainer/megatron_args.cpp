@@ -9,6 +9,8 @@
 #include <set>
 
 #include "common/core/error.h"
+#include "common/tokenizer/gpt2_files.h"
+#include "trainer/hf_config.h"
 
 namespace zlm::trainer {
 
@@ -86,7 +88,9 @@ std::map<std::string, Spec> specs() {
   dbl("--attention-dropout", &TrainArgs::attention_dropout, "dropout on attention weights");
   str("--lr-decay-style", &TrainArgs::lr_decay_style, "cosine, linear or constant");
   str("--split", &TrainArgs::split, "train/valid/test split weights, e.g. 949,50,1");
-  str("--vocab-file", &TrainArgs::vocab_file, "GPT-2 vocab.json");
+  str("--model-config", &TrainArgs::model_config,
+      "zerolm: a Hugging Face GPT2Config JSON (n_layer, n_embd, n_head, n_positions, dropouts) giving the model's shape");
+  str("--vocab-file", &TrainArgs::vocab_file, "GPT-2 vocab.json (default: GPT-2's own, installed with the tools)");
   str("--merge-file", &TrainArgs::merge_file, "GPT-2 merges.txt");
   str("--tokenizer-type", &TrainArgs::tokenizer_type, "GPT2BPETokenizer");
   str("--data-impl", &TrainArgs::data_impl, "mmap");
@@ -129,6 +133,18 @@ std::map<std::string, Spec> specs() {
   i64("--node-rank", &TrainArgs::node_rank, "with --nproc-per-node: this node's index");
   str("--master-addr", &TrainArgs::master_addr, "with --nproc-per-node: rank 0's host (default 127.0.0.1 or $MASTER_ADDR)");
   i64("--master-port", &TrainArgs::master_port, "with --nproc-per-node: rendezvous port (default $MASTER_PORT or 29500)");
+  // The same launcher flags in torchrun's underscore spellings and the deepspeed launcher's names
+  // (`deepspeed --num_gpus 4 pretrain_gpt.py ...` becomes `pretrain_gpt --num_gpus 4 ...`).
+  i64("--nproc_per_node", &TrainArgs::nproc_per_node, "same as --nproc-per-node (torchrun's spelling)");
+  i64("--num_gpus", &TrainArgs::nproc_per_node, "same as --nproc-per-node (the deepspeed launcher's name)");
+  i64("--num_accelerators", &TrainArgs::nproc_per_node, "same as --nproc-per-node (the deepspeed launcher's name)");
+  i64("--num_nodes", &TrainArgs::nnodes, "same as --nnodes (the deepspeed launcher's name)");
+  i64("--node_rank", &TrainArgs::node_rank, "same as --node-rank");
+  str("--master_addr", &TrainArgs::master_addr, "same as --master-addr");
+  i64("--master_port", &TrainArgs::master_port, "same as --master-port");
+  str("--hostfile", &TrainArgs::hostfile, "the deepspeed launcher's hostfile ('HOST slots=N' lines): one host, this one, gives the ranks to start; "
+      "several hosts are refused (run pretrain_gpt on each with --nnodes/--node-rank, or under srun/mpirun)");
+  str("-H", &TrainArgs::hostfile, "same as --hostfile");
   i64("--local_rank", &TrainArgs::local_rank_flag, "set by the deepspeed launcher; must agree with $LOCAL_RANK");
   i64("--local-rank", &TrainArgs::local_rank_flag, "same as --local_rank");
   flag("--fp16", &TrainArgs::fp16, "fp16 with dynamic loss scaling (CUDA)");
@@ -167,6 +183,16 @@ std::map<std::string, Spec> specs() {
   return m;
 }
 
+// The deepspeed launcher's options with no counterpart in pretrain_gpt's launcher: refused, saying which ones map.
+const std::set<std::string>& deepspeed_launcher_only() {
+  static const std::set<std::string> s = {
+      "--include", "-i", "--exclude", "-e", "--launcher", "--launcher_args", "--module", "--no_python", "--no_local_rank", "--no_ssh",
+      "--no_ssh_check", "--force_multi", "--save_pid", "--enable_each_rank_log", "--autotuning", "--elastic_training",
+      "--min_elastic_nodes", "--max_elastic_nodes", "--bind_cores_to_rank", "--bind_core_list", "--ssh_port", "--venv_script",
+      "--log_level"};
+  return s;
+}
+
 // Known Megatron flags that zerolm does not implement yet: a clear error, not a silent skip.
 const std::set<std::string>& unsupported() {
   static const std::set<std::string> s = {
@@ -178,6 +204,28 @@ const std::set<std::string>& unsupported() {
       "--attention-softmax-in-fp32", "--DDP-impl", "--num-workers",
       "--lr-warmup-samples", "--lr-decay-samples", "--train-data-path", "--valid-data-path", "--test-data-path"};
   return s;
+}
+
+// --model-config: the HF config's shape, dropouts and init into the flags. A value also given as a flag
+// must agree with the file (the one rule for a setting given two ways); sequence length defaults to n_positions.
+void apply_model_config(TrainArgs& a, const std::map<std::string, std::string>& given) {
+  const HfGpt2Config c = read_hf_gpt2_config(a.model_config);
+  auto set = [&](const char* flag, const char* key, auto value, auto& field) {
+    if (given.count(flag) && static_cast<double>(field) != static_cast<double>(value))
+      throw Error(ErrorKind::Usage, "%s %s disagrees with %s's %s %s", flag, given.at(flag).c_str(), c.path.c_str(), key,
+                  strprintf("%g", static_cast<double>(value)).c_str());
+    field = value;
+  };
+  set("--num-layers", "n_layer", c.n_layer, a.num_layers);
+  set("--hidden-size", "n_embd", c.n_embd, a.hidden_size);
+  set("--num-attention-heads", "n_head", c.n_head, a.num_attention_heads);
+  set("--max-position-embeddings", "n_positions", c.n_positions, a.max_position_embeddings);
+  set("--hidden-dropout", "resid_pdrop", c.resid_pdrop, a.hidden_dropout);
+  set("--attention-dropout", "attn_pdrop", c.attn_pdrop, a.attention_dropout);
+  set("--init-method-std", "initializer_range", c.initializer_range, a.init_method_std);
+  if (!given.count("--seq-length")) a.seq_length = c.n_positions;  // HF trains on n_positions-token blocks
+  a.model_config_vocab_size = c.vocab_size;
+  a.model_config_eos = c.eos_token_id;
 }
 
 }  // namespace
@@ -228,8 +276,18 @@ TrainArgs parse_megatron_args(int argc, const char* const* argv, std::string* he
     }
     auto it = table.find(name);
     if (it == table.end()) {
+      if (deepspeed_launcher_only().count(name))
+        throw Error(ErrorKind::Usage, "%s is a deepspeed launcher option that pretrain_gpt's launcher does not take (it maps --num_gpus, "
+                    "--num_nodes, --node_rank, --master_addr, --master_port and a one-host --hostfile) ---> HINT: select GPUs with "
+                    "CUDA_VISIBLE_DEVICES; start other hosts with --nnodes/--node-rank, srun or mpirun", name.c_str());
       if (unsupported().count(name))
         throw Error(ErrorKind::Usage, "%s is a Megatron flag that zerolm's pretrain_gpt does not support yet", name.c_str());
+      std::string prefixed;  // Megatron's parser sets allow_abbrev=False: a prefix is not its flag, but the hint names it
+      for (const auto& [flag, spec] : table)
+        if (name.size() > 2 && flag.rfind(name, 0) == 0) prefixed += (prefixed.empty() ? "" : " or ") + flag;
+      if (!prefixed.empty())
+        throw Error(ErrorKind::Usage, "unknown flag '%s': pretrain_gpt takes whole flag names, as Megatron-LM's arguments.py "
+                    "(allow_abbrev=False) ---> HINT: %s", name.c_str(), prefixed.c_str());
       throw Error(ErrorKind::Usage, "unknown flag '%s' ---> HINT: pretrain_gpt --help lists the supported flags", name.c_str());
     }
     std::vector<std::string> values;
@@ -246,6 +304,7 @@ TrainArgs parse_megatron_args(int argc, const char* const* argv, std::string* he
     it->second.set(a, values);
     if (!values.empty()) given[name] = values[0];
   }
+  if (!a.model_config.empty()) apply_model_config(a, given);
   // Validation, Megatron's rules first.
   auto need = [](bool ok, const char* what) {
     if (!ok) throw Error(ErrorKind::Usage, "%s", what);
@@ -290,7 +349,7 @@ TrainArgs parse_megatron_args(int argc, const char* const* argv, std::string* he
   need(!(a.fp16 && a.bf16), "--fp16 and --bf16 are exclusive");
   need(a.data_impl == "mmap" || a.data_impl == "infer", "--data-impl: only mmap datasets exist since 2023");
   need(a.tokenizer_type == "GPT2BPETokenizer", "--tokenizer-type: pretrain_gpt supports GPT2BPETokenizer");
-  need(!a.vocab_file.empty(), "--vocab-file is required (the vocabulary size and EOD come from it)");
+  if (a.vocab_file.empty()) a.vocab_file = resolve_gpt2_files("", a.merge_file, /*need_merges=*/false).vocab_file;  // GPT-2's own
   need(a.tensor_model_parallel_size >= 1 && a.pipeline_model_parallel_size >= 1,
        "--tensor-model-parallel-size and --pipeline-model-parallel-size must be at least 1");
   need(a.num_layers_per_virtual_pipeline_stage >= 0, "--num-layers-per-virtual-pipeline-stage must be positive");
@@ -300,7 +359,11 @@ TrainArgs parse_megatron_args(int argc, const char* const* argv, std::string* he
   need(a.zero_stage >= 0 && a.zero_stage <= 3, "--zero-stage must be 0, 1, 2 or 3");
   need(!a.offload_params || a.zero_stage == 3, "--offload-params needs --zero-stage 3 (only stage 3 shards parameters)");
   need(a.delayed_param_update_warmup >= 0, "--delayed-param-update-warmup must be 0 or more");
-  need(a.deepspeed_config.empty() || a.deepspeed, "--deepspeed_config is read only with --deepspeed (as in DeepSpeed)");
+  if (!a.deepspeed_config.empty() && !a.deepspeed) {  // Megatron-DeepSpeed's scripts do this; its reader wants ZeRO from the JSON
+    a.deepspeed = true;
+    a.warnings.push_back("--deepspeed_config " + a.deepspeed_config + " is applied although --deepspeed is missing "
+                         "(Megatron-DeepSpeed would ignore the JSON without --deepspeed and train without its ZeRO settings)");
+  }
   need(a.nproc_per_node >= 0 && a.nnodes >= 1 && a.node_rank >= 0 && a.node_rank < a.nnodes,
        "--nproc-per-node, --nnodes and --node-rank must satisfy 0 <= node-rank < nnodes");
   need(a.master_port >= 0 && a.master_port < 65536, "--master-port must be a port number");

@@ -25,6 +25,10 @@ struct TrainArgs {
   int64_t make_vocab_size_divisible_by = 128;
   bool checkpoint_activations = false;
   bool use_cpu_initialization = false;
+  // --model-config: a Hugging Face GPT2Config JSON giving the shape (trainer/hf_config.h); its
+  // vocab_size and eos_token_id are checked against --vocab-file when the data is opened (0/-1: none).
+  std::string model_config;
+  int64_t model_config_vocab_size = 0, model_config_eos = -1;
   // batch and schedule
   int64_t micro_batch_size = 0, global_batch_size = 0, train_iters = 0, train_samples = 0, lr_decay_iters = 0;
   double lr = 0, min_lr = 0, lr_warmup_fraction = -1, weight_decay = 0.01, clip_grad = 1.0;
@@ -78,7 +82,9 @@ struct TrainArgs {
   // Starting local ranks (torchrun / the deepspeed launcher do this otherwise)
   int64_t nproc_per_node = 0, nnodes = 1, node_rank = 0, master_port = 0;
   std::string master_addr;
+  std::string hostfile;  // the deepspeed launcher's --hostfile (one local host: its slots are --nproc-per-node)
   std::vector<std::string> notes;  // accepted tuning flags that zerolm handles its own way (printed at start)
+  std::vector<std::string> warnings;  // settings zerolm reads otherwise than the reference would (printed at start by rank 0)
   int64_t local_rank_flag = -1;  // --local_rank from the deepspeed launcher (checked against LOCAL_RANK)
 
   int64_t train_samples_total() const { return train_samples ? train_samples : train_iters * global_batch_size; }

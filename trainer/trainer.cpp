@@ -250,6 +250,10 @@ Trainer::Trainer(const TrainArgs& args, const DistEnv& env) : a_(args), env_(env
   if (a_.local_rank_flag >= 0 && a_.local_rank_flag != env.local_rank)
     throw Error(ErrorKind::Usage, "--local_rank %ld disagrees with LOCAL_RANK=%d", (long)a_.local_rank_flag, env.local_rank);
   if (env.rank != 0 && log_level() >= LogLevel::Inf) log_set_level(LogLevel::Wrn);  // rank 0 speaks for the job
+  if (a_.local_rank_flag >= 0) ZLM_LOG_INF(" > --local-rank=%ld from the launcher (LOCAL_RANK=%d)", (long)a_.local_rank_flag, env.local_rank);
+  if (!a_.model_config.empty())
+    ZLM_LOG_INF(" > model from %s: %ld layers, hidden %ld, %ld heads, %ld positions", a_.model_config.c_str(), (long)a_.num_layers,
+                (long)a_.hidden_size, (long)a_.num_attention_heads, (long)a_.max_position_embeddings);
   if (a_.deepspeed) {
     ZLM_LOG_INF(" > DeepSpeed config %s: ZeRO stage %ld, CPU offload %s, micro batch %ld, global batch %ld%s", a_.deepspeed_config.c_str(),
                 (long)a_.zero_stage, a_.cpu_offload ? (a_.offload_params ? "optimizer + parameters" : "optimizer") : "off",
@@ -257,6 +261,8 @@ Trainer::Trainer(const TrainArgs& args, const DistEnv& env) : a_(args), env_(env
     for (const auto& n : ds_.notes) ZLM_LOG_INF("   note: %s", n.c_str());
   }
   for (const auto& n : a_.notes) ZLM_LOG_INF(" > note: %s", n.c_str());
+  if (env.rank == 0)
+    for (const auto& w : a_.warnings) ZLM_LOG_WRN("%s", w.c_str());
   check_parallel_layout(a_, env.world_size);
   if (a_.sequence_parallel && a_.tensor_model_parallel_size == 1) {
     ZLM_LOG_INF(" > --sequence-parallel has no effect with --tensor-model-parallel-size 1 (disabled, as in Megatron)");
@@ -270,6 +276,12 @@ Trainer::Trainer(const TrainArgs& args, const DistEnv& env) : a_(args), env_(env
   padded_vocab_ = static_cast<int64_t>(padded_vocab_size(static_cast<uint64_t>(vocab_entries), static_cast<uint64_t>(a_.make_vocab_size_divisible_by),
                                                          static_cast<uint64_t>(a_.tensor_model_parallel_size)));
   vocab_entries_ = vocab_entries;
+  if (a_.model_config_vocab_size > 0 && a_.model_config_vocab_size != vocab_entries && a_.model_config_vocab_size != padded_vocab_)
+    throw Error(ErrorKind::Usage, "%s: vocab_size %ld is neither the %ld entries of %s nor their padded size %ld", a_.model_config.c_str(),
+                (long)a_.model_config_vocab_size, (long)vocab_entries, a_.vocab_file.c_str(), (long)padded_vocab_);
+  if (a_.model_config_eos >= 0 && a_.model_config_eos != eod)
+    throw Error(ErrorKind::Usage, "%s: eos_token_id %ld is not %s's <|endoftext|> id %ld", a_.model_config.c_str(), (long)a_.model_config_eos,
+                a_.vocab_file.c_str(), (long)eod);
   ZLM_LOG_INF(" > padded vocab (size: %ld) with %ld dummy tokens (new size: %ld)", (long)vocab_entries,
               (long)(padded_vocab_ - vocab_entries), (long)padded_vocab_);
   // Ranks meet before anything else, so that different settings are refused before they can deadlock.

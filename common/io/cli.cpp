@@ -87,6 +87,49 @@ int run_with_stats(const char* tool_name, const CommonFlags& common, const std::
   return rc;
 }
 
+std::vector<std::string> expand_abbreviations(const std::vector<std::string>& long_names, std::vector<std::string> args) {
+  for (auto& arg : args) {
+    if (arg == "--") break;
+    if (arg.size() < 3 || arg.compare(0, 2, "--") != 0) continue;
+    const size_t eq = arg.find('=');
+    const std::string name = arg.substr(0, eq);
+    if (std::find(long_names.begin(), long_names.end(), name) != long_names.end()) continue;
+    std::vector<std::string> candidates;
+    for (const auto& n : long_names)
+      if (n.compare(0, name.size(), name) == 0) candidates.push_back(n);
+    if (candidates.size() > 1) {
+      std::string list;
+      for (const auto& c : candidates) list += (list.empty() ? "" : ", ") + c;
+      throw Error(ErrorKind::Usage, "ambiguous option: %s could match %s", name.c_str(), list.c_str());
+    }
+    if (candidates.size() == 1) arg = candidates[0] + (eq == std::string::npos ? "" : arg.substr(eq));
+  }
+  return args;
+}
+
+namespace {
+
+// Every "--name" the parser knows, option groups included.
+void collect_long_names(const CLI::App& app, std::vector<std::string>& out) {
+  for (const CLI::Option* opt : app.get_options())
+    for (const auto& n : opt->get_lnames()) out.push_back("--" + n);
+  for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; })) collect_long_names(*sub, out);
+}
+
+void parse_args(CLI::App& app, const CommonFlags& common, int argc, char** argv) {
+  if (!common.allow_abbrev) return app.parse(argc, argv);
+  std::vector<std::string> names;
+  collect_long_names(app, names);
+  std::sort(names.begin(), names.end());
+  names.erase(std::unique(names.begin(), names.end()), names.end());
+  std::vector<std::string> args = expand_abbreviations(names, std::vector<std::string>(argv + 1, argv + argc));
+  std::vector<char*> expanded{argv[0]};
+  for (auto& a : args) expanded.push_back(a.data());
+  app.parse(static_cast<int>(expanded.size()), expanded.data());
+}
+
+}  // namespace
+
 int tool_main(const char* tool_name, CLI::App& app, CommonFlags& common, int argc, char** argv,
               const std::function<int()>& body) {
   log_init(tool_name);
@@ -94,7 +137,11 @@ int tool_main(const char* tool_name, CLI::App& app, CommonFlags& common, int arg
   app.set_version_flag("--version", version_line(tool_name));
   app.get_formatter()->column_width(36);
   try {
-    app.parse(argc, argv);
+    parse_args(app, common, argc, argv);
+  } catch (const Error& e) {
+    std::fprintf(stderr, "%s: error: %s\n", tool_name, e.what());
+    std::fprintf(stderr, "Run with --help for usage.\n");
+    return exit_code(ErrorKind::Usage);
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::CallForVersion& e) {

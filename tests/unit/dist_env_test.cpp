@@ -107,6 +107,27 @@ TEST(Launcher, StripsOnlyItsOwnFlags) {
   EXPECT_EQ(out, (std::vector<std::string>{"pretrain_gpt", "--zero-stage", "2", "--lr", "0.1"}));
 }
 
+TEST(Launcher, StripsTheDeepSpeedAndTorchrunSpellingsToo) {
+  const char* argv[] = {"pretrain_gpt", "--num_gpus", "4", "--num_nodes=1", "--hostfile", "hosts", "--master_addr", "h",
+                        "--nproc_per_node", "2", "--lr", "0.1"};
+  EXPECT_EQ(strip_launcher_flags(12, argv), (std::vector<std::string>{"pretrain_gpt", "--lr", "0.1"}));
+}
+
+TEST(Launcher, HostfileGivesThisMachinesSlots) {
+  test::TempDir dir;
+  const std::string p = dir.path("hostfile");
+  test::spit(p, "# DeepSpeed's format\nlocalhost slots=4  # this machine\n\n");
+  EXPECT_EQ(hostfile_local_slots(p), 4);
+  test::spit(p, "worker-1 slots=8\nworker-2 slots=8\n");
+  EXPECT_ZLM_ERROR(hostfile_local_slots(p), ErrorKind::Usage, "lists 2 hosts: pretrain_gpt starts ranks on this machine only");
+  test::spit(p, "localhost 4\n");
+  EXPECT_ZLM_ERROR(hostfile_local_slots(p), ErrorKind::Usage, "hostfile:1: 'localhost 4' is not 'HOSTNAME slots=N'");
+  test::spit(p, "some-other-host-zlm slots=2\n");
+  EXPECT_ZLM_ERROR(hostfile_local_slots(p), ErrorKind::Usage, "names host 'some-other-host-zlm', not this machine");
+  test::spit(p, "# nothing\n");
+  EXPECT_ZLM_ERROR(hostfile_local_slots(p), ErrorKind::Usage, "lists no host");
+}
+
 TEST(Launcher, ZeroFlagsParse) {
   std::vector<std::string> words = {"--num-layers", "2", "--hidden-size", "8", "--num-attention-heads", "2", "--seq-length", "8",
                                     "--micro-batch-size", "1", "--train-iters", "1", "--data-path", "d", "--lr", "0.1",
@@ -122,9 +143,22 @@ TEST(Launcher, ZeroFlagsParse) {
   EXPECT_EQ(parse({"--use-distributed-optimizer"}).zero_stage, 1);  // Megatron's sharded optimizer = stage 1
   EXPECT_TRUE(parse({"--cpu-optimizer"}).cpu_offload);              // Megatron-DeepSpeed's name
   EXPECT_EQ(parse({"--nproc-per-node", "4"}).nproc_per_node, 4);
+  EXPECT_EQ(parse({"--num_gpus", "4"}).nproc_per_node, 4);  // `deepspeed --num_gpus 4 pretrain_gpt.py` as `pretrain_gpt --num_gpus 4`
+  EXPECT_EQ(parse({"--num_nodes", "2", "--node_rank", "1", "--master_port", "29501"}).node_rank, 1);
+  EXPECT_EQ(parse({"--local-rank=0"}).local_rank_flag, 0);  // torch.distributed.launch's spelling
+  EXPECT_ZLM_ERROR(parse({"--include", "localhost:0,1"}), ErrorKind::Usage, "--include is a deepspeed launcher option that pretrain_gpt's "
+                   "launcher does not take");
+  // Megatron's allow_abbrev=False: a prefix is refused, with the flag it probably meant.
+  EXPECT_ZLM_ERROR(parse({"--micro-batch", "2"}), ErrorKind::Usage, "takes whole flag names, as Megatron-LM's arguments.py "
+                   "(allow_abbrev=False) ---> HINT: --micro-batch-size");
   EXPECT_ZLM_ERROR(parse({"--zero-stage", "4"}), ErrorKind::Usage, "--zero-stage must be 0, 1, 2 or 3");
   EXPECT_ZLM_ERROR(parse({"--offload-params"}), ErrorKind::Usage, "--offload-params needs --zero-stage 3");
-  EXPECT_ZLM_ERROR(parse({"--deepspeed_config", "ds.json"}), ErrorKind::Usage, "read only with --deepspeed");
+  // Megatron-DeepSpeed's scripts pass the JSON without --deepspeed: applied, with one warning saying so.
+  const TrainArgs ds = parse({"--deepspeed_config", "ds.json"});
+  EXPECT_TRUE(ds.deepspeed);
+  ASSERT_EQ(ds.warnings.size(), 1u);
+  EXPECT_NE(ds.warnings[0].find("although --deepspeed is missing"), std::string::npos) << ds.warnings[0];
+  EXPECT_TRUE(parse({"--deepspeed", "--deepspeed_config", "ds.json"}).warnings.empty());
 }
 
 }  // namespace

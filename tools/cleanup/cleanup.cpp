@@ -20,6 +20,7 @@
 #include "common/io/pipeline.h"
 #include "common/core/progress.h"
 #include "common/text/text_fix.h"
+#include "common/tokenizer/gpt2_files.h"
 #include "common/tokenizer/tokenizer.h"
 
 namespace zlm::cleanup {
@@ -196,11 +197,11 @@ void write_rejected(JsonlWriter* w, const Doc& d) {
 }
 
 void run_default(const CleanupOptions& opt, const CommonFlags& common, Stats& stats) {
+  // The token count needs GPT-2's tokenizer: the given files, else the bundled ones (as Megatron's script loads GPT-2's).
+  const Gpt2Files files = resolve_gpt2_files(opt.vocab_file, opt.merge_file);
   check_distinct_paths({{"<output>", opt.output}, {"--rejected-out", opt.rejected_out}, {"--stats-out", common.stats_out}},
-                       {{"<input>", opt.input}, {"--vocab-file", opt.vocab_file}, {"--merge-file", opt.merge_file}});
-  if (opt.vocab_file.empty() || opt.merge_file.empty())
-    throw Error(ErrorKind::Usage, "cleanup counts GPT-2 tokens: give --vocab-file and --merge-file");
-  auto tok = make_tokenizer({.type = "GPT2BPETokenizer", .vocab_file = opt.vocab_file, .merge_file = opt.merge_file});
+                       {{"<input>", opt.input}, {"--vocab-file", files.vocab_file}, {"--merge-file", files.merge_file}});
+  auto tok = make_tokenizer({.type = "GPT2BPETokenizer", .vocab_file = files.vocab_file, .merge_file = files.merge_file});
   ZLM_LOG_INF("will be reading %s", opt.input.c_str());
   ZLM_LOG_INF("and will write the results to %s", opt.output.c_str());
   JsonlBatchReader reader(expand_inputs(opt.input));
@@ -263,6 +264,8 @@ void run_default(const CleanupOptions& opt, const CommonFlags& common, Stats& st
   stats.set("docs_small", small);
   stats.set("chars_small", small_chars);
   stats.set("docs_bad", bad.count());
+  stats.set("vocab_file", files.vocab_file);
+  stats.set("merge_file", files.merge_file);
   double el = log_elapsed_sec() - t0;
   stats.set("elapsed_sec", el);
   stats.set("docs_per_sec", el > 0 ? static_cast<double>(docs) / el : 0.0);

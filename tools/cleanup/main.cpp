@@ -9,12 +9,13 @@ int main(int argc, char** argv) {
   zlm::cleanup::CleanupOptions opt;
   opt.workers = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   zlm::CommonFlags common;
+  common.allow_abbrev = true;  // cleanup_fix_dataset.py parses with argparse's default: abbreviations allowed
   CLI::App app{"Repair Unicode (ftfy.fix_text equivalent), keep English (CLD2) and drop documents under 128 GPT-2 tokens, "
                "as Megatron's cleanup_dataset.py; or run cleanup_fix_dataset.py's --tasks."};
   app.add_option("input", opt.input, "Input JSONL (plain, .gz, .xz, .zst)");
   app.add_option("output", opt.output, "Output JSONL");
-  app.add_option("--vocab-file", opt.vocab_file, "GPT-2 vocab.json (for the token count)");
-  app.add_option("--merge-file", opt.merge_file, "GPT-2 merges.txt");
+  app.add_option("--vocab-file", opt.vocab_file, "GPT-2 vocab.json for the token count (default: GPT-2's own, installed with the tools)");
+  app.add_option("--merge-file", opt.merge_file, "GPT-2 merges.txt (default: GPT-2's own)");
   app.add_option("--text-key", opt.text_key, "JSON key of the text")->capture_default_str();
   app.add_option("--lang", opt.lang, "Language to keep (CLD2 code)")->capture_default_str();
   app.add_option("--min-lang-percent", opt.min_lang_percent, "Also require this share (0-100) of the text's letters in --lang")

@@ -11,6 +11,7 @@ int main(int argc, char** argv) {
   zlm::find_duplicates::FindDuplicatesOptions opt;
   opt.threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   zlm::CommonFlags common;
+  common.allow_abbrev = true;  // Megatron's find_duplicates.py parses with argparse's default: abbreviations allowed
   bool jaccard_parallel = false;
   CLI::App app{"Find near-duplicate documents: MinHash LSH candidates verified by exact character n-gram Jaccard "
                "(as Megatron's find_duplicates.py, deterministic)."};

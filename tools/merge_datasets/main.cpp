@@ -9,6 +9,7 @@
 int main(int argc, char** argv) {
   zlm::merge_datasets::MergeOptions opt;
   zlm::CommonFlags common;
+  common.allow_abbrev = true;  // Megatron's tools/merge_datasets.py parses with argparse's default: abbreviations allowed
   CLI::App app{"Merge the Megatron .bin/.idx datasets in a directory into one (as Megatron's merge_datasets.py)."};
   app.add_option("--input", opt.input_dir, "Directory holding the <prefix>.bin/.idx pairs to merge (merged in sorted order)")
       ->required()

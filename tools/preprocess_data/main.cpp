@@ -2,11 +2,13 @@
 // Megatron-LM's tools/preprocess_data.py.
 #include "common/io/cli.h"
 #include "common/core/log.h"
+#include "common/tokenizer/gpt2_files.h"
 #include "tools/preprocess_data/preprocess_data.h"
 
 int main(int argc, char** argv) {
   zlm::preprocess::PreprocessOptions opt;
   zlm::CommonFlags common;
+  common.allow_abbrev = true;  // Megatron's tools/preprocess_data.py parses with argparse's default: abbreviations allowed
   int chunk_size = 0;
   CLI::App app{"Tokenize JSONL documents into Megatron .bin/.idx datasets (as Megatron-LM's tools/preprocess_data.py)."};
   auto* in = app.add_option_group("input data");
@@ -24,8 +26,10 @@ int main(int argc, char** argv) {
                "Write documents with no tokens as empty doc_idx entries (Megatron since 2023-06) instead of skipping them");
   auto* tok = app.add_option_group("tokenizer");
   tok->add_option("--tokenizer-type", opt.tokenizer_type, "GPT2BPETokenizer or NullTokenizer")->required();
-  tok->add_option("--vocab-file", opt.vocab_file, "GPT-2 vocab.json");
-  tok->add_option("--merge-file", opt.merge_file, "GPT-2 merges.txt");
+  // "--vocab": BigScience's Megatron-DeepSpeed README passes it, an abbreviation there (its only --vocab* flag); here
+  // --vocab-size (current Megatron's NullTokenizer flag) would make the prefix ambiguous, so it is an alias.
+  tok->add_option("--vocab-file,--vocab", opt.vocab_file, "GPT-2 vocab.json (default: GPT-2's own, installed with the tools)");
+  tok->add_option("--merge-file", opt.merge_file, "GPT-2 merges.txt (default: GPT-2's own, with --vocab-file's default)");
   tok->add_option("--vocab-size", opt.vocab_size, "NullTokenizer vocabulary size (EOD = this value)")->capture_default_str();
   tok->add_flag("--append-eod", opt.append_eod, "Append an end-of-document token to each document");
   tok->add_option("--make-vocab-size-divisible-by", opt.make_vocab_size_divisible_by,
@@ -45,6 +49,11 @@ int main(int argc, char** argv) {
   return zlm::tool_main("preprocess_data", app, common, argc, argv, [&] {
     if (chunk_size) ZLM_LOG_INF("--chunk-size %d: not needed (batches are sized automatically); output is unaffected", chunk_size);
     if (opt.log_interval == 0) opt.log_interval = 1;
+    if (opt.tokenizer_type == "GPT2BPETokenizer") {  // no files given: GPT-2's own, installed with the tools
+      const zlm::Gpt2Files files = zlm::resolve_gpt2_files(opt.vocab_file, opt.merge_file);
+      opt.vocab_file = files.vocab_file;
+      opt.merge_file = files.merge_file;
+    }
     return zlm::run_with_stats("preprocess_data", common, [&](zlm::Stats& stats) {
       zlm::preprocess::run(opt, common, stats);
       return 0;

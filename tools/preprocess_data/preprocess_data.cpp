@@ -325,6 +325,8 @@ void run(const PreprocessOptions& opt, const CommonFlags& common, Stats& stats) 
     stats.set("tokens_" + key, tokens_out[k]);
   }
   if (opt.split_sentences) stats.set("sentences", sentences);
+  if (!opt.vocab_file.empty()) stats.set("vocab_file", opt.vocab_file);
+  if (!opt.merge_file.empty()) stats.set("merge_file", opt.merge_file);
   stats.set("dtype", formats::dtype_name(static_cast<uint8_t>(dtype)));
   stats.set("workers", static_cast<uint64_t>(opt.workers));
   stats.set("elapsed_sec", elapsed);
