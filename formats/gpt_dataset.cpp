@@ -14,7 +14,10 @@
 
 namespace zlm::formats {
 
-std::array<DocRange, 3> split_ranges_legacy(std::string_view split, int64_t size) {
+std::array<double, 3> parse_split_weights(std::string_view split) {
+  auto bad = [&](const std::string& why) {
+    return Error(ErrorKind::Usage, "--split '%.*s': %s", static_cast<int>(split.size()), split.data(), why.c_str());
+  };
   char sep = split.find(',') != std::string_view::npos ? ',' : split.find('/') != std::string_view::npos ? '/' : '\0';
   std::vector<double> parts;
   size_t start = 0;
@@ -24,17 +27,23 @@ std::array<DocRange, 3> split_ranges_legacy(std::string_view split, int64_t size
     char* stop = nullptr;
     double v = std::strtod(piece.c_str(), &stop);
     while (stop && (*stop == ' ' || *stop == '\t')) ++stop;
-    if (piece.find_first_not_of(" \t") == std::string::npos || !stop || *stop != '\0' || v < 0)
-      throw Error(ErrorKind::Usage, "--split '%.*s': '%s' is not a non-negative number", static_cast<int>(split.size()),
-                  split.data(), piece.c_str());
+    // strtod also reads "nan", "inf" and out-of-range values (as inf): none is a share.
+    if (piece.find_first_not_of(" \t") == std::string::npos || !stop || *stop != '\0' || !std::isfinite(v) || v < 0)
+      throw bad("'" + piece + "' is not a finite non-negative number");
     parts.push_back(v);
     if (end == std::string_view::npos) break;
     start = end + 1;
   }
-  while (parts.size() < 3) parts.push_back(0.0);
-  parts.resize(3);
-  double sum = parts[0] + parts[1] + parts[2];
-  if (sum <= 0) throw Error(ErrorKind::Usage, "--split '%.*s' sums to zero", static_cast<int>(split.size()), split.data());
+  parts.resize(3, 0.0);  // as Megatron: a fourth weight on is ignored
+  const double sum = parts[0] + parts[1] + parts[2];
+  if (!(sum > 0)) throw bad("the weights sum to zero");
+  if (!std::isfinite(sum)) throw bad("the weights' sum is not a finite number");
+  return {parts[0], parts[1], parts[2]};
+}
+
+std::array<DocRange, 3> split_ranges_legacy(std::string_view split, int64_t size) {
+  const std::array<double, 3> parts = parse_split_weights(split);
+  const double sum = parts[0] + parts[1] + parts[2];
   int64_t idx[4] = {0, 0, 0, 0};
   for (int i = 0; i < 3; ++i) {
     // Python round(): half to even, on the double product.

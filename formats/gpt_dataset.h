@@ -34,8 +34,12 @@ struct DocRange {
   int64_t size() const { return end - begin; }
 };
 
-// Legacy get_train_valid_test_split_: "949,50,1" (or "a/b/c", or one number).
-// Throws zlm::Error(Usage) for an unparsable string.
+// The train, validation and test weights of --split ("949,50,1", "a/b/c", or
+// one number; missing ones are 0): finite, non-negative, with a positive sum.
+// Throws zlm::Error(Usage) naming the piece otherwise.
+std::array<double, 3> parse_split_weights(std::string_view split);
+
+// Legacy get_train_valid_test_split_: the document ranges of the three splits.
 std::array<DocRange, 3> split_ranges_legacy(std::string_view split, int64_t num_documents);
 
 class NumpyRandomState {

@@ -4,6 +4,7 @@
 #include <regex>
 
 #include "common/core/error.h"
+#include "common/core/files.h"
 #include "common/core/output_file.h"
 
 namespace zlm::formats {

@@ -12,6 +12,7 @@
 #include "common/core/error.h"
 #include "common/core/log.h"
 #include "common/core/mapped_file.h"
+#include "common/core/files.h"
 #include "common/core/output_file.h"
 
 namespace zlm::formats {

@@ -7,12 +7,13 @@ import sys
 train, valid = [], []
 for line in open(sys.argv[1]):
     m = json.loads(line)
-    if m.get("lm_loss") is None:  # an interval of only skipped (fp16 overflow) steps, or a non-finite loss
+    if m.get("lm_loss") is None:  # the memory plan, an interval of only skipped (fp16 overflow) steps, a non-finite loss
         continue
-    if "consumed_samples" in m:
-        train.append((m["iteration"], m["lm_loss"]))
-    elif m.get("split") == "valid":
+    # A training record has the learning rate; an evaluation has the split it read (both have consumed_samples).
+    if m.get("split") == "valid":
         valid.append((m["iteration"], m["lm_loss"]))
+    elif "split" not in m and "lr" in m:
+        train.append((m["iteration"], m["lm_loss"]))
 if not train:
     sys.exit("no training metrics in " + sys.argv[1])
 W, H, P = 640, 400, 50

@@ -222,41 +222,4 @@ void write_file_atomic(const std::string& path, std::string_view content) {
   out.commit();
 }
 
-void remove_tree(const std::string& path) {
-  struct stat st {};
-  if (::lstat(path.c_str(), &st) != 0) {
-    if (errno == ENOENT) return;
-    throw_errno("cannot remove", path);
-  }
-  auto remove_one = [](const char* p, const struct stat*, int type, struct FTW*) -> int {
-    return (type == FTW_DP ? ::rmdir(p) : ::unlink(p)) == 0 || errno == ENOENT ? 0 : -1;
-  };
-  if (::nftw(path.c_str(), remove_one, 16, FTW_DEPTH | FTW_PHYS) != 0) throw_errno("cannot remove", path);
-}
-
-std::string read_file(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw_errno("cannot open", path);
-  std::string out;
-  char buf[1 << 16];
-  for (;;) {
-    ssize_t n = ::read(fd, buf, sizeof buf);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      ::close(fd);
-      throw_errno("cannot read", path);
-    }
-    if (n == 0) break;
-    out.append(buf, static_cast<size_t>(n));
-  }
-  ::close(fd);
-  return out;
-}
-
-uint64_t file_size(const std::string& path) {
-  struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) throw_errno("cannot stat", path);
-  return static_cast<uint64_t>(st.st_size);
-}
-
 }  // namespace zlm

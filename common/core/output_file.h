@@ -81,16 +81,4 @@ void write_file_atomic(const std::string& path, std::string_view content);
 // Error(Io) "<what> '<path>': <reason>".
 void write_all(int fd, const void* data, size_t n, const char* what, const std::string& path);
 
-// Removes a file or a directory tree (like `rm -rf`, without following
-// symbolic links); a missing path is not an error. POSIX nftw, not
-// std::filesystem::remove_all: in the trainer that symbol resolves to the copy
-// inside libtorch.so, which crashes on non-empty directories. Throws Error(Io).
-void remove_tree(const std::string& path);
-
-// Reads a whole file; throws Error(Io) naming the path.
-std::string read_file(const std::string& path);
-
-// Size of a file in bytes; throws Error(Io) naming the path.
-uint64_t file_size(const std::string& path);
-
 }  // namespace zlm

@@ -97,10 +97,10 @@ std::vector<std::string> expand_abbreviations(const std::vector<std::string>& lo
     std::vector<std::string> candidates;
     for (const auto& n : long_names)
       if (n.compare(0, name.size(), name) == 0) candidates.push_back(n);
-    if (candidates.size() > 1) {
+    if (candidates.size() > 1) {  // argparse's words: the argument as given, the candidates in definition order
       std::string list;
       for (const auto& c : candidates) list += (list.empty() ? "" : ", ") + c;
-      throw Error(ErrorKind::Usage, "ambiguous option: %s could match %s", name.c_str(), list.c_str());
+      throw Error(ErrorKind::Usage, "ambiguous option: %s could match %s", arg.c_str(), list.c_str());
     }
     if (candidates.size() == 1) arg = candidates[0] + (eq == std::string::npos ? "" : arg.substr(eq));
   }
@@ -118,10 +118,10 @@ void collect_long_names(const CLI::App& app, std::vector<std::string>& out) {
 
 void parse_args(CLI::App& app, const CommonFlags& common, int argc, char** argv) {
   if (!common.allow_abbrev) return app.parse(argc, argv);
-  std::vector<std::string> names;
-  collect_long_names(app, names);
-  std::sort(names.begin(), names.end());
-  names.erase(std::unique(names.begin(), names.end()), names.end());
+  std::vector<std::string> all, names;  // in definition order, each once
+  collect_long_names(app, all);
+  for (const auto& n : all)
+    if (std::find(names.begin(), names.end(), n) == names.end()) names.push_back(n);
   std::vector<std::string> args = expand_abbreviations(names, std::vector<std::string>(argv + 1, argv + argc));
   std::vector<char*> expanded{argv[0]};
   for (auto& a : args) expanded.push_back(a.data());
@@ -137,11 +137,11 @@ int tool_main(const char* tool_name, CLI::App& app, CommonFlags& common, int arg
   app.set_version_flag("--version", version_line(tool_name));
   app.get_formatter()->column_width(36);
   try {
-    parse_args(app, common, argc, argv);
-  } catch (const Error& e) {
-    std::fprintf(stderr, "%s: error: %s\n", tool_name, e.what());
-    std::fprintf(stderr, "Run with --help for usage.\n");
-    return exit_code(ErrorKind::Usage);
+    try {
+      parse_args(app, common, argc, argv);
+    } catch (const Error& e) {  // an ambiguous abbreviation: a parse error like CLI11's
+      throw CLI::ParseError(e.what(), CLI::ExitCodes::ArgumentMismatch);
+    }
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::CallForVersion& e) {

@@ -48,7 +48,8 @@ int tool_main(const char* tool_name, CLI::App& app, CommonFlags& common, int arg
 // each "--prefix" or "--prefix=value" that is not one of `long_names` but
 // starts exactly one of them is replaced by it; one that starts several is
 // zlm::Error(Usage) "ambiguous option: --vo could match --vocab-file,
-// --vocab-size" (argparse's words); others are left for the parser to refuse.
+// --vocab-size" (argparse's words: the argument as given, the candidates in
+// the order of `long_names`); others are left for the parser to refuse.
 // Nothing after a lone "--" is touched. O(args x names).
 std::vector<std::string> expand_abbreviations(const std::vector<std::string>& long_names, std::vector<std::string> args);
 

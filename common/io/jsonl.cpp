@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "common/core/error.h"
+#include "common/core/log.h"
 #include "common/core/utf8.h"
 
 namespace zlm {
@@ -42,6 +43,10 @@ bool JsonlBatchReader::next_batch(LineBatch& batch) {
       ++current_;
       continue;
     }
+    if (reader_->line_number() == 1 && reader_->had_bom()) {
+      ++files_with_bom_;
+      ZLM_LOG_INF("%s: skipped the UTF-8 byte order mark at its start", files_[current_].c_str());
+    }
     LineRef ref{static_cast<uint32_t>(current_), reader_->line_number(), batch.data.size(), line.size()};
     batch.data.append(line);
     batch.data.push_back('\n');
@@ -70,6 +75,8 @@ const char* record_status_name(RecordStatus status) {
 
 struct JsonFieldExtractor::Impl {
   simdjson::dom::parser parser;
+  std::vector<simdjson::dom::element> found;
+  std::vector<bool> found_any;
 };
 
 JsonFieldExtractor::JsonFieldExtractor() : impl_(std::make_unique<Impl>()) {}
@@ -102,14 +109,20 @@ RecordStatus JsonFieldExtractor::extract(std::string_view line, size_t capacity,
     *detail = "the line is JSON but not an object";
     return RecordStatus::NotAnObject;
   }
+  // Each key's last value, as Python's json.loads keeps the last of a repeated key (byte identity
+  // with Megatron's tools depends on it).
+  impl_->found.assign(keys.size(), simdjson::dom::element());
+  impl_->found_any.assign(keys.size(), false);
+  for (auto [key, value] : obj)
+    for (size_t k = 0; k < keys.size(); ++k)
+      if (key == keys[k]) impl_->found[k] = value, impl_->found_any[k] = true;
   for (size_t k = 0; k < keys.size(); ++k) {
-    simdjson::dom::element value;
-    if (obj.at_key(keys[k]).get(value)) {
+    if (!impl_->found_any[k]) {
       *detail = "missing key '" + keys[k] + "'";
       return RecordStatus::MissingKey;
     }
     std::string_view s;
-    if (value.get_string().get(s)) {
+    if (impl_->found[k].get_string().get(s)) {
       *detail = "value of key '" + keys[k] + "' is not a string";
       return RecordStatus::NotAString;
     }

@@ -58,13 +58,15 @@ class JsonlBatchReader {
   uint64_t total_file_bytes() const { return total_file_bytes_; }
   // Bytes of the files on disk consumed so far (compressed bytes for .gz etc.).
   uint64_t file_bytes_done() const;
+  // Files that opened with a UTF-8 byte order mark (skipped, as Python's utf-8-sig; logged).
+  uint64_t files_with_bom() const { return files_with_bom_; }
 
  private:
   std::vector<std::string> files_;
   size_t batch_bytes_;
   size_t current_ = 0;
   std::unique_ptr<LineReader> reader_;
-  uint64_t finished_file_bytes_ = 0, total_file_bytes_ = 0, records_ = 0, batches_ = 0;
+  uint64_t finished_file_bytes_ = 0, total_file_bytes_ = 0, records_ = 0, batches_ = 0, files_with_bom_ = 0;
 };
 
 enum class RecordStatus { Ok, MalformedJson, NotAnObject, MissingKey, NotAString, InvalidUtf8, BadEscape };
@@ -76,7 +78,8 @@ class JsonFieldExtractor {
   ~JsonFieldExtractor();
   // Parses `line` (which must be followed by >= 64 readable bytes; `capacity`
   // counts them) and copies the string values of `keys`, unescaped, into
-  // `values` (resized to keys.size()). The whole line is validated (as
+  // `values` (resized to keys.size()); a key that repeats gives its last
+  // value, as Python's dict. The whole line is validated (as
   // Python's json.loads would), so trailing garbage is MalformedJson. The
   // strings are checked to be valid UTF-8 without lone surrogates. On failure
   // returns the status and writes a one-line explanation to *detail.

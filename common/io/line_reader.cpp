@@ -249,39 +249,58 @@ bool LineReader::fill() {
     begin_ = 0;
     end_ = tail;
   }
-  if (buf_.size() - kLinePadding - end_ < (buf_.size() - kLinePadding) / 4) buf_.resize(buf_.size() * 2);
+  const size_t room = buf_.size() - kLinePadding - end_;
+  if (room == 0 || room < (buf_.size() - kLinePadding) / 4) buf_.resize(buf_.size() * 2);  // a full buffer would read 0 bytes: no "end"
   size_t got = source_->read(buf_.data() + end_, buf_.size() - kLinePadding - end_);
   if (got == 0) eof_ = true;
   end_ += got;
   return got > 0;
 }
 
+// Python's universal newlines (what Megatron's scripts read with): a line ends
+// at "\n", "\r\n" or a lone "\r". The end is found with memchr for '\n' and
+// then for '\r' before it, so a file without '\r' is scanned once.
 bool LineReader::next(std::string_view& line) {
   size_t scan_from = begin_;
   for (;;) {
     const char* start = buf_.data() + scan_from;
-    const void* nl = std::memchr(start, '\n', end_ - scan_from);
-    if (nl) {
-      size_t pos = static_cast<size_t>(static_cast<const char*>(nl) - buf_.data());
-      line = std::string_view(buf_.data() + begin_, pos - begin_);
-      bytes_read_ += pos - begin_ + 1;
-      begin_ = pos + 1;
-      ++line_number_;
-      return true;
+    const char* nl = static_cast<const char*>(std::memchr(start, '\n', end_ - scan_from));
+    const size_t span = (nl ? static_cast<size_t>(nl - start) : end_ - scan_from);
+    const char* cr = static_cast<const char*>(std::memchr(start, '\r', span));
+    if (cr && static_cast<size_t>(cr - buf_.data()) + 1 == end_ && !eof_) {
+      // A '\r' at the end of what is buffered: the next byte decides whether "\r\n" ends the line.
+      const size_t scanned = static_cast<size_t>(cr - buf_.data()) - begin_;
+      fill();  // more bytes, or the end of the stream (eof_); either way the buffer may have moved
+      scan_from = begin_ + scanned;
+      continue;
     }
-    size_t scanned = end_ - begin_;
+    if (cr || nl) {
+      const size_t pos = static_cast<size_t>((cr ? cr : nl) - buf_.data());
+      const size_t terminator = cr && pos + 1 < end_ && buf_[pos + 1] == '\n' ? 2 : 1;
+      return take_line(pos, terminator, line);
+    }
+    const size_t scanned = end_ - begin_;
     if (!fill()) {
-      if (end_ > begin_) {
-        line = std::string_view(buf_.data() + begin_, end_ - begin_);
-        bytes_read_ += end_ - begin_;
-        begin_ = end_;
-        ++line_number_;
-        return true;
-      }
+      if (end_ > begin_) return take_line(end_, 0, line);
       return false;
     }
     scan_from = begin_ + scanned;
   }
+}
+
+// The line [begin_, end) and its terminator's bytes; a UTF-8 byte order mark
+// opening the stream is not part of the first line (Python's utf-8-sig).
+bool LineReader::take_line(size_t end, size_t terminator, std::string_view& line) {
+  size_t from = begin_;
+  if (line_number_ == 0 && end - from >= 3 && std::memcmp(buf_.data() + from, "\xEF\xBB\xBF", 3) == 0) {
+    from += 3;
+    bom_ = true;
+  }
+  line = std::string_view(buf_.data() + from, end - from);
+  bytes_read_ += end - begin_ + terminator;
+  begin_ = end + terminator;
+  ++line_number_;
+  return true;
 }
 
 }  // namespace zlm

@@ -5,11 +5,13 @@
 //   while (reader.next(line)) { ... reader.line_number() ... }
 //
 // Compression is detected from the file's magic bytes (not only the name), so a
-// mislabelled file still reads; "-" reads standard input. Lines are split on
-// '\n'; the newline is not part of the line, a final line without a newline is
-// still returned, and a trailing '\r' is kept (JSON parsers accept it as
-// whitespace). The returned view stays valid until the next call to next() and
-// is followed by at least kLinePadding readable bytes (for simdjson).
+// mislabelled file still reads; "-" reads standard input. Lines end as in
+// Python's universal newlines (what Megatron's scripts read with): at "\n",
+// "\r\n" or a lone "\r", which are not part of the line; a final line without
+// one is still returned. A UTF-8 byte order mark at the start of the stream is
+// skipped (Python's utf-8-sig) and reported by had_bom(). The returned view
+// stays valid until the next call to next() and is followed by at least
+// kLinePadding readable bytes (for simdjson).
 // Memory: a 4 MiB buffer plus the longest line. Errors (unreadable file,
 // corrupt compressed stream) throw zlm::Error naming the file and the
 // compressed byte offset. Not thread-safe; one reader per file.
@@ -53,15 +55,18 @@ class LineReader {
   uint64_t compressed_offset() const { return source_->compressed_offset(); }
   Compression compression() const { return compression_; }
   const std::string& path() const { return path_; }
+  // Whether the stream opened with a UTF-8 byte order mark (skipped).
+  bool had_bom() const { return bom_; }
 
  private:
   bool fill();
+  bool take_line(size_t end, size_t terminator, std::string_view& line);
   std::string path_;
   Compression compression_ = Compression::None;  // before source_: set by its initializer
   std::unique_ptr<ByteSource> source_;
   std::vector<char> buf_;
   size_t begin_ = 0, end_ = 0;
-  bool eof_ = false;
+  bool eof_ = false, bom_ = false;
   uint64_t line_number_ = 0, bytes_read_ = 0;
 };
 

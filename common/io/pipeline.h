@@ -1,10 +1,15 @@
-// Order-preserving parallel pipelines on oneTBB.
+// Order-preserving parallel pipelines on oneTBB, and the arena of exactly N
+// threads they (and a tool's other parallel loops) run in.
 //
 //   zlm::run_ordered_pipeline<Batch, Result>(
-//       threads, /*max_in_flight=*/4 * threads,
+//       threads,
 //       [&](Batch& b) { return reader.next_batch(b); },   // serial, in order
 //       [&](Batch& b, Result& r) { encode(b, r); },        // parallel
 //       [&](Result& r) { writer.append(r); });             // serial, in order
+//
+//   zlm::ThreadArena arena(threads);                      // a tool with more parallel work than the pipeline:
+//   zlm::run_ordered_pipeline<Batch, Result>(arena, zlm::pipeline_in_flight(threads), read, work, write);
+//   arena.execute([&] { tbb::parallel_for(...); });        // the same threads
 //
 // The read stage runs on one thread at a time and produces batches in input
 // order; the work stage runs on up to `threads` threads; the write stage sees
@@ -23,17 +28,40 @@
 #include <cstddef>
 #include <memory>
 #include <mutex>
+#include <utility>
 #include <vector>
 
 namespace zlm {
 
+// Exactly `threads` worker threads for what runs through execute(), also above
+// the core count (--workers 8 on a machine with fewer cores): oneTBB's global
+// worker limit is raised for the arena's life. One per run; not copyable.
+class ThreadArena {
+ public:
+  explicit ThreadArena(int threads)
+      : threads_(std::max(threads, 1)), limit_(tbb::global_control::max_allowed_parallelism, static_cast<size_t>(threads_)), arena_(threads_) {}
+  int threads() const { return threads_; }
+  template <typename F>
+  void execute(F&& f) {
+    arena_.execute(std::forward<F>(f));
+  }
+
+ private:
+  int threads_;
+  tbb::global_control limit_;
+  tbb::task_arena arena_;
+};
+
+// The batches in flight that keep `threads` workers busy: two per worker, and
+// one each for the reading and the writing stage.
+inline size_t pipeline_in_flight(int threads) { return static_cast<size_t>(std::max(threads, 1)) * 2 + 2; }
+
 template <typename Batch, typename Result, typename ReadFn, typename WorkFn, typename WriteFn>
-void run_ordered_pipeline(int threads, size_t max_in_flight, ReadFn&& read, WorkFn&& work, WriteFn&& write) {
+void run_ordered_pipeline(ThreadArena& arena, size_t max_in_flight, ReadFn&& read, WorkFn&& work, WriteFn&& write) {
   struct Token {
     Batch batch;
     Result result;
   };
-  threads = std::max(threads, 1);
   max_in_flight = std::max<size_t>(max_in_flight, 1);
   // A pool of reusable tokens: the read stage takes one, the write stage returns it.
   std::vector<std::unique_ptr<Token>> pool;
@@ -45,10 +73,6 @@ void run_ordered_pipeline(int threads, size_t max_in_flight, ReadFn&& read, Work
   // serial_in_order stages never run concurrently with themselves, but the
   // first and last stage can run concurrently with each other: guard the pool.
   std::mutex pool_mutex;
-  // Honour the requested thread count even above the core count (as --workers 8
-  // does on a 2-core machine): raise oneTBB's global worker limit for this run.
-  tbb::global_control limit(tbb::global_control::max_allowed_parallelism, static_cast<size_t>(threads));
-  tbb::task_arena arena(threads);
   arena.execute([&] {
     tbb::parallel_pipeline(
         max_in_flight,
@@ -79,6 +103,20 @@ void run_ordered_pipeline(int threads, size_t max_in_flight, ReadFn&& read, Work
               free_tokens.push_back(t);
             }));
   });
+}
+
+// The pipeline on an arena of its own of `threads` threads.
+template <typename Batch, typename Result, typename ReadFn, typename WorkFn, typename WriteFn>
+void run_ordered_pipeline(int threads, size_t max_in_flight, ReadFn&& read, WorkFn&& work, WriteFn&& write) {
+  ThreadArena arena(threads);
+  run_ordered_pipeline<Batch, Result>(arena, max_in_flight, std::forward<ReadFn>(read), std::forward<WorkFn>(work), std::forward<WriteFn>(write));
+}
+
+// ... with pipeline_in_flight(threads) batches in flight.
+template <typename Batch, typename Result, typename ReadFn, typename WorkFn, typename WriteFn>
+void run_ordered_pipeline(int threads, ReadFn&& read, WorkFn&& work, WriteFn&& write) {
+  run_ordered_pipeline<Batch, Result>(threads, pipeline_in_flight(threads), std::forward<ReadFn>(read), std::forward<WorkFn>(work),
+                                      std::forward<WriteFn>(write));
 }
 
 }  // namespace zlm

@@ -35,11 +35,10 @@ SentenceSplitter::SentenceSplitter(const std::string& lang) : impl_(std::make_un
 SentenceSplitter::~SentenceSplitter() = default;
 
 static bool is_space_at(std::string_view s, size_t i, size_t* len) {
-  return detail::class_at(s.data() + i, s.data() + s.size(), len) == CharClass::Space;
+  return gpt2_char_class_at(s.data() + i, s.data() + s.size(), len) == CharClass::Space;
 }
 
 static std::string_view strip(std::string_view s, bool leading, bool trailing) {
-  if (!detail::g_class_table) detail::init_class_table();
   size_t b = 0, e = s.size(), len;
   if (leading)
     while (b < e && is_space_at(s, b, &len)) b += len;

@@ -72,72 +72,86 @@ struct Tables {
   const icu::Normalizer2* nfc = nullptr;
 };
 
+// The characters of a regex pattern's classes and literals (an escape outside
+// a class is skipped: \x{..}, \p{..} are ASCII-only in ftfy's patterns).
+icu::UnicodeSet pattern_characters(const char* pattern) {
+  const icu::UnicodeString pat = icu::UnicodeString::fromUTF8(pattern);
+  icu::UnicodeSet all;
+  for (int32_t i = 0; i < pat.length();) {
+    const UChar32 c = pat.char32At(i);
+    if (c == '\\') {
+      i += 2;
+      continue;
+    }
+    if (c == '[') {
+      int32_t depth = 0, j = i;
+      for (; j < pat.length(); ++j) {
+        const UChar32 d = pat.charAt(j);
+        if (d == '\\') { ++j; continue; }
+        if (d == '[') ++depth;
+        if (d == ']' && --depth == 0) break;
+      }
+      UErrorCode cs = U_ZERO_ERROR;
+      const icu::UnicodeSet set(icu::UnicodeString(pat, i, j - i + 1), cs);
+      if (U_FAILURE(cs)) throw Error(ErrorKind::Internal, "badness class at %d: %s", i, u_errorName(cs));
+      all.addAll(set);
+      i = j + 1;
+      continue;
+    }
+    all.add(c);
+    i += U16_LENGTH(c);
+  }
+  return all;
+}
+
+// The generated tables (ftfy_tables.inc) into lookup structures.
+void load_maps(Tables& t) {
+  for (int e = 0; e < kNumCharmaps; ++e) {
+    const std::string name = kCharmapNames[e];
+    if (name == "latin-1") t.latin1 = e;
+    if (name == "sloppy-windows-1252") t.windows1252 = e;
+    if (name == "macroman") t.macroman = e;
+    // ftfy's possible_encoding admits U+0000-0019, U+001B-007F (encoded as
+    // themselves) and the decodings of the bytes 0x80-0xFF and 0x1A.
+    for (int b = 0; b < 256; ++b) {
+      const char32_t cp = kCharmaps[e][b];
+      t.decode[e][b] = cp;
+      if ((b >= 0x80 || b == 0x1A) && cp != 0xFFFFFFFF) t.encode[e].emplace(cp, static_cast<uint8_t>(b));
+    }
+  }
+  for (const auto& ent : kHtmlEntities) t.entities.emplace(ent.name, to_u32(ent.text));
+  for (const auto& m : kWidthMap) t.width.emplace(m.from, to_u32(m.to));
+  for (const auto& m : kLigatures) t.ligatures.emplace(m.from, to_u32(m.to));
+  for (uint32_t c : kControlChars) t.controls.insert(c);
+  for (const auto& m : kInvalidCharrefs) t.invalid_charrefs.emplace(m.from, to_u32(m.to));
+}
+
+// The compiled patterns, the badness characters and the safe set (see Tables).
+void load_patterns(Tables& t) {
+  UErrorCode st = U_ZERO_ERROR;
+  UParseError pe;
+  t.badness.reset(icu::RegexPattern::compile(icu::UnicodeString::fromUTF8(kBadnessPattern), pe, st));
+  if (U_FAILURE(st)) throw Error(ErrorKind::Internal, "badness regex: %s at offset %d", u_errorName(st), pe.offset);
+  t.utf8_detector.reset(icu::RegexPattern::compile(icu::UnicodeString::fromUTF8(kUtf8DetectorPattern), pe, st));
+  if (U_FAILURE(st)) throw Error(ErrorKind::Internal, "utf8 detector regex: %s at offset %d", u_errorName(st), pe.offset);
+  const icu::UnicodeSet all = pattern_characters(kBadnessPattern);
+  for (UChar32 c = 0x80; c < 0x10000; ++c) t.badness_chars[c] = all.contains(c);
+  t.nfc = icu::Normalizer2::getNFCInstance(st);
+  if (U_FAILURE(st)) throw Error(ErrorKind::Internal, "NFC: %s", u_errorName(st));
+  for (UChar32 c = 0xA0; c < 0x10000; ++c) {
+    if (U16_IS_SURROGATE(c) || c == 0xC2 || c == 0xC3 || c == 0x152 || c == 0x153) continue;
+    if (c == 0x2028 || c == 0x2029 || t.controls.count(c) || t.width.count(c) || t.ligatures.count(c)) continue;
+    if (!t.nfc->isInert(c)) continue;
+    t.safe[c] = true;
+  }
+}
+
 const Tables& tables() {
   static std::once_flag once;
   static Tables t;
   std::call_once(once, [] {
-    for (int e = 0; e < kNumCharmaps; ++e) {
-      std::string name = kCharmapNames[e];
-      if (name == "latin-1") t.latin1 = e;
-      if (name == "sloppy-windows-1252") t.windows1252 = e;
-      if (name == "macroman") t.macroman = e;
-      // ftfy's possible_encoding admits U+0000-0019, U+001B-007F (encoded as
-      // themselves) and the decodings of the bytes 0x80-0xFF and 0x1A.
-      for (int b = 0; b < 256; ++b) {
-        char32_t cp = kCharmaps[e][b];
-        t.decode[e][b] = cp;
-        if ((b >= 0x80 || b == 0x1A) && cp != 0xFFFFFFFF) t.encode[e].emplace(cp, static_cast<uint8_t>(b));
-      }
-    }
-    for (const auto& ent : kHtmlEntities) t.entities.emplace(ent.name, to_u32(ent.text));
-    for (const auto& m : kWidthMap) t.width.emplace(m.from, to_u32(m.to));
-    for (const auto& m : kLigatures) t.ligatures.emplace(m.from, to_u32(m.to));
-    for (uint32_t c : kControlChars) t.controls.insert(c);
-    for (const auto& m : kInvalidCharrefs) t.invalid_charrefs.emplace(m.from, to_u32(m.to));
-    UErrorCode st = U_ZERO_ERROR;
-    UParseError pe;
-    t.badness.reset(icu::RegexPattern::compile(icu::UnicodeString::fromUTF8(kBadnessPattern), pe, st));
-    if (U_FAILURE(st)) throw Error(ErrorKind::Internal, "badness regex: %s at offset %d", u_errorName(st), pe.offset);
-    t.utf8_detector.reset(icu::RegexPattern::compile(icu::UnicodeString::fromUTF8(kUtf8DetectorPattern), pe, st));
-    if (U_FAILURE(st)) throw Error(ErrorKind::Internal, "utf8 detector regex: %s at offset %d", u_errorName(st), pe.offset);
-    {
-      // Collect the pattern's character classes and literals into one set.
-      icu::UnicodeString pat = icu::UnicodeString::fromUTF8(kBadnessPattern);
-      icu::UnicodeSet all;
-      for (int32_t i = 0; i < pat.length();) {
-        UChar32 c = pat.char32At(i);
-        if (c == '\\') {  // an escape outside a class: skip it (\x{..}, \p{..} are ASCII-only here)
-          i += 2;
-          continue;
-        }
-        if (c == '[') {
-          int32_t depth = 0, j = i;
-          for (; j < pat.length(); ++j) {
-            UChar32 d = pat.charAt(j);
-            if (d == '\\') { ++j; continue; }
-            if (d == '[') ++depth;
-            if (d == ']' && --depth == 0) break;
-          }
-          UErrorCode cs = U_ZERO_ERROR;
-          icu::UnicodeSet set(icu::UnicodeString(pat, i, j - i + 1), cs);
-          if (U_FAILURE(cs)) throw Error(ErrorKind::Internal, "badness class at %d: %s", i, u_errorName(cs));
-          all.addAll(set);
-          i = j + 1;
-          continue;
-        }
-        all.add(c);
-        i += U16_LENGTH(c);
-      }
-      for (UChar32 c = 0x80; c < 0x10000; ++c) t.badness_chars[c] = all.contains(c);
-    }
-    t.nfc = icu::Normalizer2::getNFCInstance(st);
-    if (U_FAILURE(st)) throw Error(ErrorKind::Internal, "NFC: %s", u_errorName(st));
-    for (UChar32 c = 0xA0; c < 0x10000; ++c) {
-      if (U16_IS_SURROGATE(c) || c == 0xC2 || c == 0xC3 || c == 0x152 || c == 0x153) continue;
-      if (c == 0x2028 || c == 0x2029 || t.controls.count(c) || t.width.count(c) || t.ligatures.count(c)) continue;
-      if (!t.nfc->isInert(c)) continue;
-      t.safe[c] = true;
-    }
+    load_maps(t);
+    load_patterns(t);
   });
   return t;
 }

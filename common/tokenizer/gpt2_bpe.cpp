@@ -11,6 +11,7 @@
 
 #include "common/core/error.h"
 #include "common/tokenizer/gpt2_pretokenizer.h"
+#include "common/core/files.h"
 #include "common/core/output_file.h"
 #include "common/core/utf8.h"
 
@@ -160,6 +161,14 @@ struct Gpt2Bpe::Impl {
   }
   int32_t out_id(int32_t symbol) const { return symbol < vocab_limit ? symbol : 0; }
 
+  // Loading (Gpt2Bpe::load): the vocabulary, the merges, their index, the well-formedness check.
+  struct Merge {
+    int32_t a, b, result;  // -1: a malformed line (keeps later ranks aligned; never matches)
+  };
+  void load_vocab(const std::string& vocab_path);
+  std::vector<Merge> read_merges(const std::string& merges_path, const std::string& vocab_path);
+  void index_merges(const std::vector<Merge>& merges);
+
   void bpe_short(const int32_t* init, size_t n, std::vector<int32_t>& out) const;
   void bpe_heap(const int32_t* init, size_t n, std::vector<int32_t>& out) const;
 };
@@ -184,10 +193,8 @@ Gpt2Bpe::Gpt2Bpe(Gpt2Bpe&&) noexcept = default;
 Gpt2Bpe& Gpt2Bpe::operator=(Gpt2Bpe&&) noexcept = default;
 Gpt2Bpe::~Gpt2Bpe() = default;
 
-Gpt2Bpe Gpt2Bpe::load(const std::string& vocab_path, const std::string& merges_path) {
-  Gpt2Bpe bpe;
-  Impl& m = *bpe.impl_;
-  // vocab.json: {"token": id, ...}
+// vocab.json: {"token": id, ...}; symbols by id, and the 256 byte symbols.
+void Gpt2Bpe::Impl::load_vocab(const std::string& vocab_path) {
   simdjson::dom::parser parser;
   simdjson::padded_string json;
   if (simdjson::padded_string::load(vocab_path).get(json)) {
@@ -206,86 +213,111 @@ Gpt2Bpe Gpt2Bpe::load(const std::string& vocab_path, const std::string& merges_p
                   static_cast<int>(field.key.size()), field.key.data());
     entries.emplace_back(vocab_key_to_bytes(field.key), id);
     max_id = std::max(max_id, id);
-    if (field.key == "<|endoftext|>") m.eod = static_cast<int32_t>(id);
+    if (field.key == "<|endoftext|>") eod = static_cast<int32_t>(id);
   }
   if (entries.empty()) throw Error(ErrorKind::Format, "%s: the vocabulary is empty", vocab_path.c_str());
-  m.vocab_entries = entries.size();
-  m.vocab_limit = static_cast<int32_t>(max_id + 1);
-  m.symbols.assign(static_cast<size_t>(max_id + 1), std::string());
+  vocab_entries = entries.size();
+  vocab_limit = static_cast<int32_t>(max_id + 1);
+  symbols.assign(static_cast<size_t>(max_id + 1), std::string());
   for (auto& [bytes, id] : entries) {
-    m.symbols[static_cast<size_t>(id)] = bytes;
-    m.symbol_ids.emplace(bytes, static_cast<int32_t>(id));  // first id wins for duplicate strings
+    symbols[static_cast<size_t>(id)] = bytes;
+    symbol_ids.emplace(bytes, static_cast<int32_t>(id));  // first id wins for duplicate strings
   }
-  for (int b = 0; b < 256; ++b) m.byte_symbol[b] = m.intern(std::string(1, static_cast<char>(b)));
+  for (int b = 0; b < 256; ++b) byte_symbol[b] = intern(std::string(1, static_cast<char>(b)));
+}
 
-  // merges.txt: split on '\n', drop the first and the last element (Megatron).
-  std::string text = read_file(merges_path);
+namespace {
+
+// merges.txt split on '\n' (the first and the last element are not merges: Megatron drops them).
+std::vector<std::string_view> split_lines(const std::string& text) {
   std::vector<std::string_view> lines;
-  size_t start = 0;
-  for (;;) {
-    size_t nl = text.find('\n', start);
+  for (size_t start = 0;;) {
+    const size_t nl = text.find('\n', start);
     if (nl == std::string::npos) {
       lines.emplace_back(text.data() + start, text.size() - start);
-      break;
+      return lines;
     }
     lines.emplace_back(text.data() + start, nl - start);
     start = nl + 1;
   }
-  struct Merge { int32_t a, b, result; };
-  std::vector<Merge> merges;
+}
+
+// Python's str.split(): the whitespace-separated words of a line.
+std::vector<std::string_view> words(std::string_view line) {
+  std::vector<std::string_view> parts;
+  auto ws = [](char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\v' || c == '\f'; };
+  for (size_t i = 0; i < line.size();) {
+    while (i < line.size() && ws(line[i])) ++i;
+    size_t j = i;
+    while (j < line.size() && !ws(line[j])) ++j;
+    if (j > i) parts.push_back(line.substr(i, j - i));
+    i = j;
+  }
+  return parts;
+}
+
+}  // namespace
+
+// The merges in rank order. Every symbol a merge uses or makes must have an id
+// (the reference tokenizer fails with a KeyError when it meets one; here it
+// would become id 0), and every byte must have a token.
+std::vector<Gpt2Bpe::Impl::Merge> Gpt2Bpe::Impl::read_merges(const std::string& merges_path, const std::string& vocab_path) {
+  const std::string text = read_file(merges_path);
+  const std::vector<std::string_view> lines = split_lines(text);
+  std::vector<Merge> out;
   for (size_t k = 1; k + 1 < lines.size(); ++k) {
-    std::string_view line = lines[k];
-    std::vector<std::string_view> parts;
-    size_t i = 0;
-    auto ws = [](char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\v' || c == '\f'; };
-    while (i < line.size()) {
-      while (i < line.size() && ws(line[i])) ++i;
-      size_t j = i;
-      while (j < line.size() && !ws(line[j])) ++j;
-      if (j > i) parts.push_back(line.substr(i, j - i));
-      i = j;
-    }
+    const std::vector<std::string_view> parts = words(lines[k]);
     if (parts.size() != 2) {
-      merges.push_back({-1, -1, -1});  // keeps later ranks aligned; never matches
+      out.push_back({-1, -1, -1});
       continue;
     }
-    std::string a = vocab_key_to_bytes(parts[0]), b = vocab_key_to_bytes(parts[1]);
-    int32_t ia = m.intern(a), ib = m.intern(b), ir = m.intern(a + b);
-    // Every symbol a merge uses or makes must have an id (the reference
-    // tokenizer fails with a KeyError when it meets one; here it would become id 0).
+    const std::string a = vocab_key_to_bytes(parts[0]), b = vocab_key_to_bytes(parts[1]);
+    const int32_t ia = intern(a), ib = intern(b), ir = intern(a + b);
     for (auto [id, what] : {std::pair{ia, parts[0]}, std::pair{ib, parts[1]}})
-      if (id >= m.vocab_limit)
+      if (id >= vocab_limit)
         throw Error(ErrorKind::Format, "%s: line %zu: '%.*s' is not in %s ---> HINT: the merges file does not belong to this vocabulary",
                     merges_path.c_str(), k + 1, static_cast<int>(what.size()), what.data(), vocab_path.c_str());
-    if (ir >= m.vocab_limit)
+    if (ir >= vocab_limit)
       throw Error(ErrorKind::Format, "%s: line %zu: '%.*s %.*s' makes a token that is not in %s ---> HINT: the merges file does not belong to "
                   "this vocabulary", merges_path.c_str(), k + 1, static_cast<int>(parts[0].size()), parts[0].data(),
                   static_cast<int>(parts[1].size()), parts[1].data(), vocab_path.c_str());
-    merges.push_back({ia, ib, ir});
+    out.push_back({ia, ib, ir});
   }
   for (int b = 0; b < 256; ++b)  // any text may need any byte
-    if (m.byte_symbol[b] >= m.vocab_limit)
+    if (byte_symbol[b] >= vocab_limit)
       throw Error(ErrorKind::Format, "%s: the byte 0x%02x has no token (a GPT-2 vocabulary has all 256)", vocab_path.c_str(), b);
-  m.merges = merges.size();
+  return out;
+}
+
+// The pair table by rank, and whether the merges are well formed: every symbol
+// is produced only by merges ranked below every merge that uses it.
+void Gpt2Bpe::Impl::index_merges(const std::vector<Merge>& all) {
+  merges = all.size();
   size_t cap = 16;
-  while (cap < merges.size() * 2 + 16) cap <<= 1;
-  m.pairs.assign(cap, PairEntry{});
-  m.pair_mask = cap - 1;
-  for (size_t r = 0; r < merges.size(); ++r)
-    if (merges[r].a >= 0) m.put_pair(merges[r].a, merges[r].b, static_cast<int32_t>(r), merges[r].result);
-  // Well-formed: every symbol is produced only by merges ranked below every merge that uses it.
-  std::vector<int64_t> max_create(m.symbols.size(), -1), min_use(m.symbols.size(), INT64_MAX);
-  for (size_t r = 0; r < merges.size(); ++r) {
-    const Merge& mg = merges[r];
+  while (cap < all.size() * 2 + 16) cap <<= 1;
+  pairs.assign(cap, PairEntry{});
+  pair_mask = cap - 1;
+  for (size_t r = 0; r < all.size(); ++r)
+    if (all[r].a >= 0) put_pair(all[r].a, all[r].b, static_cast<int32_t>(r), all[r].result);
+  std::vector<int64_t> max_create(symbols.size(), -1), min_use(symbols.size(), INT64_MAX);
+  for (size_t r = 0; r < all.size(); ++r) {
+    const Merge& mg = all[r];
     if (mg.a < 0) continue;
-    const PairEntry* e = m.find_pair(mg.a, mg.b);
+    const PairEntry* e = find_pair(mg.a, mg.b);
     if (!e || e->rank != static_cast<int32_t>(r)) continue;  // superseded duplicate
     max_create[mg.result] = std::max<int64_t>(max_create[mg.result], static_cast<int64_t>(r));
     min_use[mg.a] = std::min<int64_t>(min_use[mg.a], static_cast<int64_t>(r));
     min_use[mg.b] = std::min<int64_t>(min_use[mg.b], static_cast<int64_t>(r));
   }
-  for (size_t s = 0; s < m.symbols.size(); ++s)
-    if (max_create[s] >= 0 && min_use[s] != INT64_MAX && max_create[s] > min_use[s]) m.well_formed = false;
+  for (size_t sym = 0; sym < symbols.size(); ++sym)
+    if (max_create[sym] >= 0 && min_use[sym] != INT64_MAX && max_create[sym] > min_use[sym]) well_formed = false;
+}
+
+Gpt2Bpe Gpt2Bpe::load(const std::string& vocab_path, const std::string& merges_path) {
+  Gpt2Bpe bpe;
+  Impl& m = *bpe.impl_;
+  m.load_vocab(vocab_path);
+  m.index_merges(m.read_merges(merges_path, vocab_path));
   return bpe;
 }
 

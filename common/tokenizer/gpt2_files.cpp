@@ -4,7 +4,6 @@
 #include <system_error>
 
 #include "common/core/error.h"
-#include "common/core/log.h"
 
 #ifndef ZLM_INSTALL_DATADIR
 #define ZLM_INSTALL_DATADIR "/usr/local/share"
@@ -50,7 +49,6 @@ Gpt2Files resolve_gpt2_files(const std::string& vocab_file, const std::string& m
     throw Error(ErrorKind::Io, "no --vocab-file given, and GPT-2's files (%s, %s) are neither in %s nor in %s ---> HINT: give "
                 "--vocab-file and --merge-file, or reinstall zerolm", kVocab, kMerges, next_to_binary().c_str(), installed().c_str());
   const fs::path d(dir);
-  ZLM_LOG_INF("no --vocab-file%s given: GPT-2's own from %s", need_merges ? "/--merge-file" : "", dir.c_str());
   return {vocab_file.empty() ? (d / kVocab).string() : vocab_file, merge_file.empty() ? (d / kMerges).string() : merge_file, true};
 }
 

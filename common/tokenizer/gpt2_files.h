@@ -28,7 +28,7 @@ std::string bundled_gpt2_dir();
 // naming the missing flag, since GPT-2's merges do not fit another vocabulary.
 // With need_merges false (a vocab.json is all the caller reads), a given
 // vocab_file is enough; an empty one is the bundled one. Empty paths that
-// are filled from the bundle set `bundled`.
+// are filled from the bundle set `bundled` (the caller says so: this prints nothing).
 Gpt2Files resolve_gpt2_files(const std::string& vocab_file, const std::string& merge_file, bool need_merges = true);
 
 }  // namespace zlm

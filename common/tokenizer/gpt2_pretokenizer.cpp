@@ -40,6 +40,11 @@ const uint8_t* init_class_table() {
 }
 }  // namespace detail
 
+CharClass gpt2_char_class_at(const char* p, const char* end, size_t* len) {
+  if (!detail::g_class_table) detail::init_class_table();
+  return detail::class_at(p, end, len);
+}
+
 CharClass gpt2_char_class(uint32_t cp) {
   if (cp >= 0x110000) return CharClass::Other;
   return static_cast<CharClass>(detail::init_class_table()[cp]);

@@ -33,6 +33,11 @@ enum class CharClass : uint8_t { Other = 0, Letter = 1, Number = 2, Space = 3 };
 // Class of a code point (0..0x10FFFF); Other for anything else.
 CharClass gpt2_char_class(uint32_t cp);
 
+// Class of the UTF-8 character at p (before end), its length in *len; an
+// ill-formed sequence is Other with the length of its maximal ill-formed part.
+// Thread-safe; O(1) after the first call builds the table.
+CharClass gpt2_char_class_at(const char* p, const char* end, size_t* len);
+
 template <typename Fn>
 void gpt2_pretokenize(std::string_view text, Fn&& fn);
 

@@ -3,6 +3,7 @@
 #include <cstdlib>
 
 #include "common/core/error.h"
+#include "common/core/files.h"
 #include "common/core/output_file.h"
 
 namespace zlm {

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "tools/find_duplicates/minhash.h"
+#include "common/core/files.h"
 #include "common/core/output_file.h"
 #include "tests/bench/checked_main.h"
 

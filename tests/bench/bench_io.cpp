@@ -15,6 +15,7 @@
 
 #include "common/core/error.h"
 #include "common/io/jsonl.h"
+#include "common/core/files.h"
 #include "common/core/output_file.h"
 #include "formats/megatron_mmap.h"
 #include "tests/bench/checked_main.h"

@@ -15,6 +15,7 @@
 #include "common/core/error.h"
 #include "common/tokenizer/gpt2_bpe.h"
 #include "common/tokenizer/gpt2_pretokenizer.h"
+#include "common/core/files.h"
 #include "common/core/output_file.h"
 
 namespace {

@@ -3,7 +3,8 @@
 binaries, each in a fresh directory.
 
 A case gives the command (`run`, a bash snippet), how to make its input
-(`setup`), the expected exit code, fragments the error output must contain,
+(`setup`), the expected exit code, fragments the output must and must not
+contain (`stderr`, `stderr_absent`),
 files that must and must not exist afterwards, and optionally a tmpfs of a
 given size mounted at $FULL (disk-full cases; they need root and are skipped,
 with a message, elsewhere). After every case no temporary file (`*.tmp.*`) may
@@ -85,6 +86,9 @@ for n, case in enumerate(cases):
             for frag in case.get("stderr", []):
                 if frag not in out:
                     problems.append(f"output lacks '{frag}'")
+            for frag in case.get("stderr_absent", []):
+                if frag in out:
+                    problems.append(f"output has '{frag}'")
             for pat in case.get("exists", []):
                 if not glob.glob(os.path.join(d, pat)):
                     problems.append(f"missing {pat}")

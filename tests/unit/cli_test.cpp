@@ -79,6 +79,7 @@ TEST(Cli, AbbreviationsExpandLikeArgparse) {
   EXPECT_EQ(expand_abbreviations(names, {"-v", "pos"}), (V{"-v", "pos"}));
   EXPECT_ZLM_ERROR(expand_abbreviations(names, {"--voc", "v.json"}), ErrorKind::Usage,
                    "ambiguous option: --voc could match --vocab, --vocab-file, --vocab-size");
+  EXPECT_ZLM_ERROR(expand_abbreviations(names, {"--voc=v.json"}), ErrorKind::Usage, "ambiguous option: --voc=v.json could match");
 }
 
 TEST(Cli, ToolMainTakesPrefixesOnlyWhenAllowed) {

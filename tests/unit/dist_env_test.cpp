@@ -1,11 +1,12 @@
-#include "trainer/dist_env.h"
+#include "trainer/config/dist_env.h"
 
 #include <map>
 
 #include "common/core/error.h"
 #include "test_util.h"
-#include "trainer/launcher.h"
-#include "trainer/megatron_args.h"
+#include "trainer/config/launcher.h"
+#include "trainer/config/megatron_args.h"
+#include "trainer/config/settings.h"
 
 namespace zlm::trainer {
 namespace {
@@ -23,6 +24,20 @@ TEST(DistEnv, NothingSetIsOneProcess) {
   EXPECT_EQ(e.world_size, 1);
   EXPECT_EQ(e.launcher, "none");
   EXPECT_EQ(e.master_port, 29500);
+}
+
+// The job's name that ranks check in the store: the launcher's own id only, so that ranks that
+// one launcher started agree (a Slurm id is not used for ranks torchrun started).
+TEST(DistEnv, JobIdComesFromTheLauncherThatStartedTheRanks) {
+  EXPECT_EQ(from({}).job_id, "");
+  EXPECT_EQ(from({{"ZLM_JOB_ID", "vm:12:34"}, {"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "h"}}).job_id, "vm:12:34");
+  EXPECT_EQ(from({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "h"}, {"TORCHELASTIC_RUN_ID", "none"}, {"SLURM_JOB_ID", "77"}}).job_id, "");
+  EXPECT_EQ(from({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "h"}, {"TORCHELASTIC_RUN_ID", "abc"}}).job_id, "torchrun:abc");
+  EXPECT_EQ(from({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}, {"SLURM_JOB_ID", "77"}, {"SLURM_STEP_ID", "3"}, {"MASTER_ADDR", "h"}}).job_id,
+            "slurm:77.3");
+  // Only rank 0 takes the store's socket from the launcher.
+  EXPECT_EQ(from({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "h"}, {"ZLM_STORE_LISTEN_FD", "5"}}).store_listen_fd, 5);
+  EXPECT_EQ(from({{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "h"}, {"ZLM_STORE_LISTEN_FD", "5"}}).store_listen_fd, -1);
 }
 
 TEST(DistEnv, Torchrun) {
@@ -109,23 +124,51 @@ TEST(Launcher, StripsOnlyItsOwnFlags) {
 
 TEST(Launcher, StripsTheDeepSpeedAndTorchrunSpellingsToo) {
   const char* argv[] = {"pretrain_gpt", "--num_gpus", "4", "--num_nodes=1", "--hostfile", "hosts", "--master_addr", "h",
-                        "--nproc_per_node", "2", "--lr", "0.1"};
-  EXPECT_EQ(strip_launcher_flags(12, argv), (std::vector<std::string>{"pretrain_gpt", "--lr", "0.1"}));
+                        "--nproc_per_node", "2", "--no_ssh", "--lr", "0.1"};
+  EXPECT_EQ(strip_launcher_flags(13, argv), (std::vector<std::string>{"pretrain_gpt", "--lr", "0.1"}));
 }
 
-TEST(Launcher, HostfileGivesThisMachinesSlots) {
+// The deepspeed launcher's hostfile as it reads it: DeepSpeed's line pattern, the first --num_nodes
+// hosts, one host run here with its slots (or --num_gpus), several only in its no-ssh mode.
+TEST(Launcher, HostfileAsTheDeepSpeedLauncherReadsIt) {
   test::TempDir dir;
   const std::string p = dir.path("hostfile");
-  test::spit(p, "# DeepSpeed's format\nlocalhost slots=4  # this machine\n\n");
-  EXPECT_EQ(hostfile_local_slots(p), 4);
-  test::spit(p, "worker-1 slots=8\nworker-2 slots=8\n");
-  EXPECT_ZLM_ERROR(hostfile_local_slots(p), ErrorKind::Usage, "lists 2 hosts: pretrain_gpt starts ranks on this machine only");
+  test::spit(p, "# DeepSpeed's format\nworker-1 slots=4 max_slots=8  # extra words after the slots are fine\n\nworker-2 slots=2\n");
+  const auto hosts = read_hostfile(p);
+  ASSERT_EQ(hosts.size(), 2u);
+  EXPECT_EQ(hosts[0].name, "worker-1");
+  EXPECT_EQ(hosts[0].slots, 4);
+  auto plan = [&](std::vector<std::string> words) {
+    std::vector<const char*> argv{"pretrain_gpt", "--hostfile", p.c_str()};
+    for (auto& w : words) argv.push_back(w.c_str());
+    return launch_plan(parse_megatron_args(static_cast<int>(argv.size()), argv.data()));
+  };
+  const LaunchPlan first = plan({"--num_nodes", "1"});  // the first host, run here whatever its name
+  EXPECT_EQ(first.nproc_per_node, 4);
+  EXPECT_EQ(first.nnodes, 1);
+  EXPECT_EQ(plan({"--num_nodes", "1", "--num_gpus", "2"}).nproc_per_node, 2);
+  EXPECT_ZLM_ERROR(plan({}), ErrorKind::Usage, "2 hosts: pretrain_gpt starts ranks on this machine only");
+  const LaunchPlan second = plan({"--no_ssh", "--node_rank", "1"});  // DeepSpeed's no-ssh mode, on the second host
+  EXPECT_EQ(second.nnodes, 2);
+  EXPECT_EQ(second.node_rank, 1);
+  EXPECT_EQ(second.nproc_per_node, 2);
+  EXPECT_EQ(second.master_addr, "worker-1");
+  EXPECT_ZLM_ERROR(plan({"--num_nodes", "3"}), ErrorKind::Usage, "--num_nodes 3: --hostfile " + p + " lists 2 hosts");
   test::spit(p, "localhost 4\n");
-  EXPECT_ZLM_ERROR(hostfile_local_slots(p), ErrorKind::Usage, "hostfile:1: 'localhost 4' is not 'HOSTNAME slots=N'");
-  test::spit(p, "some-other-host-zlm slots=2\n");
-  EXPECT_ZLM_ERROR(hostfile_local_slots(p), ErrorKind::Usage, "names host 'some-other-host-zlm', not this machine");
-  test::spit(p, "# nothing\n");
-  EXPECT_ZLM_ERROR(hostfile_local_slots(p), ErrorKind::Usage, "lists no host");
+  EXPECT_ZLM_ERROR(read_hostfile(p), ErrorKind::Usage, "hostfile:1: 'localhost 4' is not 'HOSTNAME slots=N'");
+  test::spit(p, "a slots=1\na slots=2\n");
+  EXPECT_ZLM_ERROR(read_hostfile(p), ErrorKind::Usage, "hostfile:2: host a is listed twice");
+  // A hostfile that does not exist: a warning, and this machine alone (as DeepSpeed).
+  testing::internal::CaptureStderr();
+  std::vector<const char*> argv{"pretrain_gpt", "--hostfile", "/nonexistent/hostfile", "--num_gpus", "2"};
+  EXPECT_EQ(launch_plan(parse_megatron_args(5, argv.data())).nproc_per_node, 2);
+  EXPECT_NE(testing::internal::GetCapturedStderr().find("does not exist"), std::string::npos);
+}
+
+// A fork bomb is refused before any rank starts.
+TEST(Launcher, RefusesMoreRanksThanTheMachineHolds) {
+  const char* argv[] = {"pretrain_gpt", "--nproc-per-node", "100000"};
+  EXPECT_ZLM_ERROR(launch_plan(parse_megatron_args(3, argv)), ErrorKind::Usage, "--nproc-per-node 100000: this machine holds at most");
 }
 
 TEST(Launcher, ZeroFlagsParse) {
@@ -137,7 +180,7 @@ TEST(Launcher, ZeroFlagsParse) {
     all.insert(all.end(), extra.begin(), extra.end());
     std::vector<const char*> argv{"pretrain_gpt"};
     for (auto& w : all) argv.push_back(w.c_str());
-    return parse_megatron_args(static_cast<int>(argv.size()), argv.data());
+    return make_train_config(parse_megatron_args(static_cast<int>(argv.size()), argv.data()), 1).args;
   };
   EXPECT_EQ(parse({"--zero-stage", "3", "--cpu-offload", "--offload-params"}).zero_stage, 3);
   EXPECT_EQ(parse({"--use-distributed-optimizer"}).zero_stage, 1);  // Megatron's sharded optimizer = stage 1
@@ -151,14 +194,20 @@ TEST(Launcher, ZeroFlagsParse) {
   // Megatron's allow_abbrev=False: a prefix is refused, with the flag it probably meant.
   EXPECT_ZLM_ERROR(parse({"--micro-batch", "2"}), ErrorKind::Usage, "takes whole flag names, as Megatron-LM's arguments.py "
                    "(allow_abbrev=False) ---> HINT: --micro-batch-size");
-  EXPECT_ZLM_ERROR(parse({"--zero-stage", "4"}), ErrorKind::Usage, "--zero-stage must be 0, 1, 2 or 3");
-  EXPECT_ZLM_ERROR(parse({"--offload-params"}), ErrorKind::Usage, "--offload-params needs --zero-stage 3");
+  EXPECT_ZLM_ERROR(parse({"--zero-stage", "4"}), ErrorKind::Usage, "--zero-stage 4: must be 0, 1, 2 or 3");
+  EXPECT_ZLM_ERROR(parse({"--offload-params"}), ErrorKind::Usage, "--offload-params: needs ZeRO stage 3");
   // Megatron-DeepSpeed's scripts pass the JSON without --deepspeed: applied, with one warning saying so.
-  const TrainArgs ds = parse({"--deepspeed_config", "ds.json"});
-  EXPECT_TRUE(ds.deepspeed);
+  test::TempDir dir;
+  test::spit(dir.path("ds.json"), R"({"zero_optimization": {"stage": 2}})");
+  std::vector<std::string> all = words;
+  all.insert(all.end(), {"--deepspeed_config", dir.path("ds.json")});
+  std::vector<const char*> argv{"pretrain_gpt"};
+  for (auto& w : all) argv.push_back(w.c_str());
+  const TrainConfig ds = make_train_config(parse_megatron_args(static_cast<int>(argv.size()), argv.data()), 1);
+  EXPECT_TRUE(ds.args.deepspeed);
+  EXPECT_EQ(ds.zero.number(), 2);
   ASSERT_EQ(ds.warnings.size(), 1u);
   EXPECT_NE(ds.warnings[0].find("although --deepspeed is missing"), std::string::npos) << ds.warnings[0];
-  EXPECT_TRUE(parse({"--deepspeed", "--deepspeed_config", "ds.json"}).warnings.empty());
 }
 
 }  // namespace

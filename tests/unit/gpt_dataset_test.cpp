@@ -30,6 +30,22 @@ TEST(SplitRangesLegacy, SpecExamples) {
   EXPECT_ZLM_ERROR(split_ranges_legacy("9x,1", 10), ErrorKind::Usage, "9x");
 }
 
+// What strtod reads but is no share of the documents: NaN gave a negative range,
+// an overflow (inf) silently put everything in the training split.
+TEST(SplitRangesLegacy, RefusesWeightsThatAreNotFiniteNonNegativeWithAPositiveSum) {
+  EXPECT_ZLM_ERROR(parse_split_weights("nan,1,1"), ErrorKind::Usage, "'nan' is not a finite non-negative number");
+  EXPECT_ZLM_ERROR(parse_split_weights("1e400,1,1"), ErrorKind::Usage, "'1e400' is not a finite");
+  EXPECT_ZLM_ERROR(parse_split_weights("inf"), ErrorKind::Usage, "'inf'");
+  EXPECT_ZLM_ERROR(parse_split_weights("1,-1,1"), ErrorKind::Usage, "'-1'");
+  EXPECT_ZLM_ERROR(parse_split_weights("0,0,0"), ErrorKind::Usage, "sum to zero");
+  EXPECT_ZLM_ERROR(parse_split_weights("1e308,1e308,1"), ErrorKind::Usage, "sum is not a finite number");
+  const auto w = parse_split_weights("98/2");
+  EXPECT_EQ(w[0], 98.0);
+  EXPECT_EQ(w[1], 2.0);
+  EXPECT_EQ(w[2], 0.0);
+  EXPECT_EQ(parse_split_weights("1,2,3,4")[2], 3.0);  // Megatron reads the first three
+}
+
 TEST(NumpyRandomState, MatchesNumpyStreamAndShuffle) {
   NumpyRandomState rng(1234);
   EXPECT_EQ(rng.next32(), 822569775u);

@@ -1,4 +1,4 @@
-#include "trainer/hf_config.h"
+#include "trainer/config/hf_config.h"
 
 #include "common/core/error.h"
 #include "test_util.h"

@@ -1,4 +1,4 @@
-#include "trainer/json_object.h"
+#include "trainer/config/json_object.h"
 
 #include "common/core/error.h"
 #include "test_util.h"

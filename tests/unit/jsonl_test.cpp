@@ -40,6 +40,17 @@ TEST(JsonFieldExtractor, ClassifiesBadRecords) {
   EXPECT_NE(p.detail.find("missing key 'text'"), std::string::npos) << p.detail;
 }
 
+// Python's json.loads keeps the last of repeated keys, and Megatron tokenizes what it gives.
+TEST(JsonFieldExtractor, ARepeatedKeyGivesItsLastValueAsPythonDoes) {
+  auto p = parse(R"({"text": "first", "url": "u", "text": "second"})", {"text", "url"});
+  ASSERT_EQ(p.status, RecordStatus::Ok) << p.detail;
+  EXPECT_EQ(p.values[0], "second");
+  EXPECT_EQ(p.values[1], "u");
+  // The last value decides the record's status too.
+  EXPECT_EQ(parse(R"({"text": "ok", "text": 12})").status, RecordStatus::NotAString);
+  EXPECT_EQ(parse(R"({"text": 12, "text": "ok"})").status, RecordStatus::Ok);
+}
+
 TEST(JsonlBatchReader, BatchesCarryFileAndLineNumbersAcrossFiles) {
   test::TempDir dir;
   test::spit(dir.path("a.jsonl"), "{\"text\": \"1\"}\n{\"text\": \"2\"}\n");

@@ -19,7 +19,38 @@ std::vector<std::string> read_all(const std::string& path, size_t buffer = 4 << 
 TEST(LineReader, SplitsLinesKeepsLastLineWithoutNewline) {
   test::TempDir dir;
   test::spit(dir.path("a.txt"), "one\ntwo\r\n\nlast");
-  EXPECT_EQ(read_all(dir.path("a.txt")), (std::vector<std::string>{"one", "two\r", "", "last"}));
+  EXPECT_EQ(read_all(dir.path("a.txt")), (std::vector<std::string>{"one", "two", "", "last"}));
+}
+
+// Python's universal newlines: "\n", "\r\n" and a lone "\r" each end a line
+// (a file saved with old Mac line ends is 3 lines, not 1), with every buffer
+// boundary, the one between "\r" and "\n" included.
+TEST(LineReader, UniversalNewlinesAtEveryBufferBoundary) {
+  test::TempDir dir;
+  const std::string text = "a\rbb\r\nccc\n\r\rdddd\r";
+  test::spit(dir.path("a.txt"), text);
+  const std::vector<std::string> want{"a", "bb", "ccc", "", "", "dddd"};
+  for (size_t buffer = 1; buffer <= text.size() + 1; ++buffer) EXPECT_EQ(read_all(dir.path("a.txt"), buffer), want) << "buffer " << buffer;
+  LineReader r(dir.path("a.txt"), 2);
+  std::string_view line;
+  while (r.next(line)) {}
+  EXPECT_EQ(r.bytes_read(), text.size());  // every terminator byte counted once
+}
+
+TEST(LineReader, SkipsAUtf8ByteOrderMarkAtTheStartOnly) {
+  test::TempDir dir;
+  test::spit(dir.path("bom.txt"), "\xEF\xBB\xBF" "first\n\xEF\xBB\xBF" "second\n");
+  LineReader r(dir.path("bom.txt"));
+  std::string_view line;
+  ASSERT_TRUE(r.next(line));
+  EXPECT_EQ(line, "first");
+  EXPECT_TRUE(r.had_bom());
+  ASSERT_TRUE(r.next(line));
+  EXPECT_EQ(line, "\xEF\xBB\xBF" "second");  // inside the text it is a character (U+FEFF), as in Python
+  test::spit(dir.path("plain.txt"), "x\n");
+  LineReader p(dir.path("plain.txt"));
+  ASSERT_TRUE(p.next(line));
+  EXPECT_FALSE(p.had_bom());
 }
 
 TEST(LineReader, LinesLongerThanTheBuffer) {

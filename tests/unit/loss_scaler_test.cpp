@@ -1,4 +1,4 @@
-#include "trainer/loss_scaler.h"
+#include "trainer/run/loss_scaler.h"
 
 #include <simdjson.h>
 

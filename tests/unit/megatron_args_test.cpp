@@ -1,4 +1,5 @@
-#include "trainer/megatron_args.h"
+#include "trainer/config/megatron_args.h"
+#include "trainer/config/settings.h"
 
 #include <cmath>
 
@@ -14,6 +15,9 @@ TrainArgs parse(std::vector<std::string> words) {
   return parse_megatron_args(static_cast<int>(argv.size()), argv.data());
 }
 
+// The flags through the whole settings pipeline (merged and checked) for `world` ranks.
+TrainArgs config(std::vector<std::string> words, int world = 1) { return make_train_config(parse(std::move(words)), world).args; }
+
 // The Megatron tutorial command line (pretrain_gpt.py), unchanged.
 std::vector<std::string> tutorial() {
   return {"--tensor-model-parallel-size", "1", "--pipeline-model-parallel-size", "1", "--num-layers", "24", "--hidden-size",
@@ -27,7 +31,7 @@ std::vector<std::string> tutorial() {
 }
 
 TEST(MegatronArgs, TutorialCommandParses) {
-  TrainArgs a = parse(tutorial());
+  TrainArgs a = config(tutorial());
   EXPECT_EQ(a.num_layers, 24);
   EXPECT_EQ(a.global_batch_size, 8);
   EXPECT_TRUE(a.fp16);
@@ -44,7 +48,7 @@ TEST(MegatronArgs, BlendedDataPath) {
   auto it = std::find(w.begin(), w.end(), "data_text_document");
   *it = "0.3";
   w.insert(it + 1, {"A", "0.7", "B"});
-  TrainArgs a = parse(w);
+  TrainArgs a = config(w);
   ASSERT_EQ(a.data_path.size(), 2u);
   EXPECT_EQ(a.data_path[1].second, "B");
   EXPECT_DOUBLE_EQ(a.data_path[0].first, 0.3);
@@ -60,7 +64,7 @@ TEST(MegatronArgs, ErrorsNameTheFlag) {
   EXPECT_ZLM_ERROR(parse(w), ErrorKind::Usage, "--recompute-granularity is a Megatron flag that zerolm's pretrain_gpt does not support yet");
   w = tutorial();
   w[1] = "0";
-  EXPECT_ZLM_ERROR(parse(w), ErrorKind::Usage, "--tensor-model-parallel-size and --pipeline-model-parallel-size must be at least 1");
+  EXPECT_ZLM_ERROR(config(w), ErrorKind::Usage, "--tensor-model-parallel-size 0: must be at least 1");
   w = tutorial();
   w[5] = "24x";
   EXPECT_ZLM_ERROR(parse(w), ErrorKind::Usage, "--num-layers: '24x' is not an integer");
@@ -71,7 +75,7 @@ TEST(MegatronArgs, ErrorsNameTheFlag) {
 }
 
 TEST(MegatronArgs, LearningRateSchedule) {
-  TrainArgs a = parse(tutorial());
+  TrainArgs a = config(tutorial());
   EXPECT_DOUBLE_EQ(megatron_lr(a, 0), 0.0);
   EXPECT_DOUBLE_EQ(megatron_lr(a, 1600), 0.00015 * 0.5);
   EXPECT_DOUBLE_EQ(megatron_lr(a, 3200), 0.00015);
@@ -83,7 +87,7 @@ TEST(MegatronArgs, LearningRateSchedule) {
 }  // namespace
 }  // namespace zlm::trainer
 
-#include "trainer/loss_scaler.h"
+#include "trainer/run/loss_scaler.h"
 
 namespace zlm::trainer {
 namespace {
@@ -117,14 +121,14 @@ TEST(LossScaler, DynamicBackoffHysteresisAndGrowth) {
 TEST(MegatronArgs, ParallelLayout) {
   auto w = tutorial();  // 24 layers, 16 heads
   w[1] = "4";           // the Megatron-DeepSpeed tutorial: TP 4
-  auto a = parse(w);
+  auto a = config(w, 4);
   EXPECT_EQ(a.tensor_model_parallel_size, 4);
   EXPECT_NO_THROW(check_parallel_layout(a, 4));
   EXPECT_NO_THROW(check_parallel_layout(a, 8));
   EXPECT_ZLM_ERROR(check_parallel_layout(a, 6), ErrorKind::Usage, "6 ranks cannot form --tensor-model-parallel-size 4 x --pipeline-model-parallel-size 1");
   a.num_attention_heads = 6;
   EXPECT_ZLM_ERROR(check_parallel_layout(a, 4), ErrorKind::Usage, "--num-attention-heads 6 is not divisible by --tensor-model-parallel-size 4");
-  a = parse(w);
+  a = config(w, 4);
   a.tensor_model_parallel_size = 1;
   a.pipeline_model_parallel_size = 5;
   EXPECT_ZLM_ERROR(check_parallel_layout(a, 5), ErrorKind::Usage, "--num-layers 24 is not divisible by --pipeline-model-parallel-size 5");
@@ -146,10 +150,79 @@ TEST(MegatronArgs, ParallelLayout) {
     a.zero_stage = z;
     EXPECT_NO_THROW(check_parallel_layout(a, 2));
   }
-  a = parse(w);
+  a = config(w, 4);
   a.sequence_parallel = true;
   a.seq_length = 1026;
   EXPECT_ZLM_ERROR(check_parallel_layout(a, 4), ErrorKind::Usage, "--seq-length 1026 is not divisible by --tensor-model-parallel-size 4");
+}
+
+// One settings pipeline: a value given on the command line and in a file must agree, and the
+// rules check the merged values, naming where each came from.
+TEST(Settings, ModelConfigAgreesWithTheFlagsOrIsRefused) {
+  test::TempDir dir;
+  const std::string hf = dir.path("config.json");
+  test::spit(hf, R"({"n_layer": 2, "n_embd": 64, "n_head": 4, "n_positions": 64, "vocab_size": 50257})");
+  std::vector<std::string> w = {"--micro-batch-size", "1", "--train-iters", "1", "--lr", "0.1", "--data-path", "d", "--model-config", hf};
+  const TrainArgs a = config(w);
+  EXPECT_EQ(a.num_layers, 2);
+  EXPECT_EQ(a.seq_length, 64);  // n_positions, when --seq-length is not given
+  w.insert(w.end(), {"--num-layers", "2", "--seq-length", "32"});
+  EXPECT_EQ(config(w).seq_length, 32);  // the same value both ways is fine; a shorter sequence too
+  w.insert(w.end(), {"--hidden-size", "128"});
+  EXPECT_ZLM_ERROR(config(w), ErrorKind::Usage, "--hidden-size 128 disagrees with " + hf + "'s n_embd 64");
+}
+
+TEST(Settings, RulesNameTheOrigin) {
+  EXPECT_ZLM_ERROR(config({"--num-layers", "2", "--hidden-size", "8", "--num-attention-heads", "2", "--seq-length", "8", "--micro-batch-size", "1",
+                           "--train-iters", "1", "--lr", "0.1", "--data-path", "d", "--clip-grad", "-1"}),
+                   ErrorKind::Usage, "--clip-grad -1: must not be negative");
+  EXPECT_ZLM_ERROR(config({"--hidden-size", "8"}), ErrorKind::Usage, "--num-layers is required");
+  // Megatron's default global batch: a micro-batch on every data-parallel rank.
+  std::vector<std::string> w = {"--num-layers", "2", "--hidden-size", "8", "--num-attention-heads", "2", "--seq-length", "8",
+                                "--micro-batch-size", "3", "--train-iters", "1", "--lr", "0.1", "--data-path", "d"};
+  EXPECT_EQ(config(w, 4).global_batch_size, 12);
+  auto with = [&](std::vector<std::string> extra) {
+    auto all = w;
+    all.insert(all.end(), extra.begin(), extra.end());
+    return all;
+  };
+  EXPECT_ZLM_ERROR(config(with({"--use-distributed-optimizer", "--zero-stage", "0"})), ErrorKind::Usage,
+                   "--zero-stage 0: contradicts --use-distributed-optimizer");
+  EXPECT_EQ(config(with({"--zero-stage", "2", "--use-distributed-optimizer"})).zero_stage, 2);  // in any order
+  EXPECT_ZLM_ERROR(config(with({"--offload-params", "--zero-stage", "2"})), ErrorKind::Usage,
+                   "--offload-params: needs ZeRO stage 3, the only one that shards parameters (the stage is 2, from --zero-stage 2)");
+  EXPECT_ZLM_ERROR(config(with({"--delayed-param-update"})), ErrorKind::Usage, "--delayed-param-update: needs --cpu-offload");
+  EXPECT_ZLM_ERROR(config(with({"--fp16", "--bf16"})), ErrorKind::Usage, "--fp16 and --bf16 are exclusive");
+  const TrainConfig c = make_train_config(parse(with({"--zero-stage", "3", "--cpu-offload", "--offload-params"})), 2);
+  EXPECT_TRUE(c.zero.shard_optimizer && c.zero.shard_gradients && c.zero.shard_parameters && c.zero.offload_optimizer && c.zero.offload_parameters);
+  EXPECT_EQ(c.data_parallel, 2);
+  EXPECT_EQ(c.micro_batches, 1);
+  EXPECT_EQ(c.zero.number(), 3);
+}
+
+// The second fault round's settings: each refused before any data or rank exists.
+TEST(Settings, SecondRoundRefusals) {
+  const std::vector<std::string> w = {"--num-layers", "2", "--hidden-size", "8", "--num-attention-heads", "2", "--seq-length", "8",
+                                      "--micro-batch-size", "2", "--global-batch-size", "4", "--train-iters", "1", "--lr", "0.1",
+                                      "--data-path", "d"};
+  auto with = [&](std::vector<std::string> extra) {
+    auto all = w;
+    all.insert(all.end(), extra.begin(), extra.end());
+    return all;
+  };
+  EXPECT_ZLM_ERROR(config(with({"--split", "nan,1,1"})), ErrorKind::Usage, "'nan' is not a finite non-negative number");
+  EXPECT_ZLM_ERROR(config(with({"--num-layers-per-virtual-pipeline-stage", "0"})), ErrorKind::Usage,
+                   "--num-layers-per-virtual-pipeline-stage 0: must be at least 1");
+  EXPECT_EQ(config(w).num_layers_per_virtual_pipeline_stage, 0);  // not given: no interleaving
+  EXPECT_ZLM_ERROR(config(with({"--delayed-param-update-warmup", "2"})), ErrorKind::Usage, "has no effect without --delayed-param-update");
+  EXPECT_ZLM_ERROR(config(with({"--make-vocab-size-divisible-by", "65537"})), ErrorKind::Usage, "must be between 1 and 65536");
+  EXPECT_EQ(config(with({"--make-vocab-size-divisible-by", "65536"})).make_vocab_size_divisible_by, 65536);
+  auto samples = w;
+  samples[samples.size() - 6] = "--train-samples";  // in place of --train-iters 1
+  samples[samples.size() - 5] = "3";
+  EXPECT_ZLM_ERROR(config(samples), ErrorKind::Usage, "--train-samples 3: is less than one global batch (4 samples)");
+  samples[samples.size() - 5] = "4";
+  EXPECT_EQ(config(samples).total_iters(), 1);
 }
 
 }  // namespace

@@ -1,3 +1,4 @@
+#include "common/core/files.h"
 #include "common/core/output_file.h"
 
 #include <fcntl.h>

@@ -1,4 +1,5 @@
-#include "trainer/tensorboard.h"
+#include "trainer/report/tensorboard.h"
+#include "trainer/config/settings.h"
 
 #include <gtest/gtest.h>
 
@@ -18,7 +19,7 @@ TrainArgs args(const std::string& dir, std::vector<std::string> extra) {
   w.insert(w.end(), extra.begin(), extra.end());
   std::vector<const char*> argv{"pretrain_gpt"};
   for (auto& s : w) argv.push_back(s.c_str());
-  return parse_megatron_args(static_cast<int>(argv.size()), argv.data());
+  return make_train_config(parse_megatron_args(static_cast<int>(argv.size()), argv.data()), 1).args;
 }
 
 // (tag, step) -> value, in the order written.

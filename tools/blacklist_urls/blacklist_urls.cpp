@@ -52,18 +52,108 @@ std::vector<std::string> read_list(const std::string& path) {
 
 struct Batch {
   std::vector<std::string> urls;
-  std::vector<std::string> files;  // for messages, unused for now
 };
 struct Result {
   std::vector<std::string> urls;
   std::vector<UrlVerdict> verdicts;
 };
 
+// The read stage: the input files' lines, stripped as Python's str.strip(), in batches.
+class UrlSource {
+ public:
+  explicit UrlSource(const std::vector<std::string>& files) : files_(files) {}
+  bool next_batch(Batch& b) {
+    b.urls.clear();
+    while (b.urls.size() < 16384) {
+      if (!reader_) {
+        if (file_index_ >= files_.size()) break;
+        reader_ = std::make_unique<LineReader>(files_[file_index_]);
+      }
+      std::string_view line;
+      if (!reader_->next(line)) {
+        reader_.reset();
+        ++file_index_;
+        continue;
+      }
+      b.urls.emplace_back(python_strip(line));
+    }
+    return !b.urls.empty();
+  }
+
+ private:
+  const std::vector<std::string>& files_;
+  size_t file_index_ = 0;
+  std::unique_ptr<LineReader> reader_;
+};
+
+// The write stage: a URL the filter accepts is a duplicate when an earlier one
+// had the same bytes (128-bit hash); accepted URLs to the output in
+// first-seen order, the others with their reason to --rejected-out; Megatron's
+// status line by time.
+class UrlSink {
+ public:
+  UrlSink(const BlacklistOptions& opt, const CommonFlags& common, double t0)
+      : common_(common), out_(opt.output), t0_(t0), next_status_(t0 + common.progress_sec),
+        progress_({.label = "urls", .interval_sec = common.progress_sec, .enabled = !common.no_progress && !common.quiet}) {
+    if (!opt.rejected_out.empty()) rejected_ = std::make_unique<OutputFile>(opt.rejected_out);
+  }
+  void write(const Result& r) {
+    for (size_t i = 0; i < r.urls.size(); ++i) take(r.urls[i], r.verdicts[i]);
+    progress_.add(r.urls.size(), 0);
+    progress_.set_kept(counts_[0]);
+    if (!common_.quiet && !common_.no_progress && log_elapsed_sec() >= next_status_) {
+      status("PROGRESS");
+      next_status_ = log_elapsed_sec() + common_.progress_sec;
+    }
+  }
+  void finish(const std::string& output) {
+    progress_.finish();
+    status("FINAL");
+    ZLM_LOG_INF("> writing cleaned up url list to %s", output.c_str());
+    out_.commit();
+    if (rejected_) rejected_->commit();
+  }
+  uint64_t total() const { return total_; }
+  uint64_t count(UrlVerdict v) const { return counts_[static_cast<int>(v)]; }
+
+ private:
+  void take(const std::string& url, UrlVerdict v) {
+    if (v == UrlVerdict::Accepted) {
+      const XXH128_hash_t h = XXH3_128bits(url.data(), url.size());
+      if (!seen_.insert(h.low64, h.high64)) v = UrlVerdict::Duplicate;
+    }
+    ++counts_[static_cast<int>(v)];
+    ++total_;
+    if (v == UrlVerdict::Accepted) {
+      out_.write(url);
+      out_.put('\n');
+    } else if (rejected_) {
+      rejected_->write(url_verdict_name(v));
+      rejected_->put('\t');
+      rejected_->write(url);
+      rejected_->put('\n');
+    }
+  }
+  void status(const char* what) const {
+    ZLM_LOG_INF("%s | time elapsed (s): %.2f | number of urls: %lu | domain blacklisted: %lu | extention blacklisted: %lu | "
+                "short urls (<=8): %lu | malformed urls: %lu | duplicate urls: %lu",
+                what, log_elapsed_sec() - t0_, (unsigned long)total_, (unsigned long)counts_[1], (unsigned long)counts_[2],
+                (unsigned long)counts_[3], (unsigned long)counts_[4], (unsigned long)counts_[5]);
+  }
+
+  const CommonFlags& common_;
+  OutputFile out_;
+  std::unique_ptr<OutputFile> rejected_;
+  HashSet128 seen_;
+  uint64_t counts_[6] = {0, 0, 0, 0, 0, 0}, total_ = 0;
+  double t0_, next_status_;
+  Progress progress_;
+};
 
 }  // namespace
 
 void run(const BlacklistOptions& opt, const CommonFlags& common, Stats& stats) {
-  double t0 = log_elapsed_sec();
+  const double t0 = log_elapsed_sec();
   std::vector<NamedPath> inputs{{"--domain-blacklist", opt.domain_blacklist}, {"--add-domain-blacklist", opt.add_domain_blacklist}};
   for (const auto& in : opt.inputs) inputs.push_back({"<input>", in});
   check_distinct_paths({{"<output>", opt.output}, {"--rejected-out", opt.rejected_out}, {"--stats-out", common.stats_out}}, inputs);
@@ -72,92 +162,32 @@ void run(const BlacklistOptions& opt, const CommonFlags& common, Stats& stats) {
   if (!opt.domain_blacklist.empty()) fo.domains = read_list(opt.domain_blacklist);
   if (!opt.add_domain_blacklist.empty()) fo.add_domains = read_list(opt.add_domain_blacklist);
   fo.public_suffix_file = opt.public_suffix_list;
-  UrlFilter filter(fo);
-  std::vector<std::string> files = expand(opt.inputs);
-  size_t file_index = 0;
-  std::unique_ptr<LineReader> reader;
-  OutputFile out(opt.output);
-  std::unique_ptr<OutputFile> rejected;
-  if (!opt.rejected_out.empty()) rejected = std::make_unique<OutputFile>(opt.rejected_out);
-  uint64_t counts[6] = {0, 0, 0, 0, 0, 0}, total = 0;
-  HashSet128 seen;
-  Progress progress({.label = "urls", .interval_sec = common.progress_sec, .enabled = !common.no_progress && !common.quiet});
-  auto status = [&](const char* what) {
-    ZLM_LOG_INF("%s | time elapsed (s): %.2f | number of urls: %lu | domain blacklisted: %lu | extention blacklisted: %lu | "
-                "short urls (<=8): %lu | malformed urls: %lu | duplicate urls: %lu",
-                what, log_elapsed_sec() - t0, (unsigned long)total, (unsigned long)counts[1], (unsigned long)counts[2],
-                (unsigned long)counts[3], (unsigned long)counts[4], (unsigned long)counts[5]);
-  };
-  double next_status = t0 + common.progress_sec;
+  const UrlFilter filter(fo);
+  const std::vector<std::string> files = expand(opt.inputs);
+  UrlSource source(files);
+  UrlSink sink(opt, common, t0);
   run_ordered_pipeline<Batch, Result>(
-      opt.threads, static_cast<size_t>(opt.threads) * 2 + 2,
-      [&](Batch& b) {
-        b.urls.clear();
-        while (b.urls.size() < 16384) {
-          if (!reader) {
-            if (file_index >= files.size()) break;
-            reader = std::make_unique<LineReader>(files[file_index]);
-          }
-          std::string_view line;
-          if (!reader->next(line)) {
-            reader.reset();
-            ++file_index;
-            continue;
-          }
-          b.urls.emplace_back(python_strip(line));
-        }
-        return !b.urls.empty();
-      },
+      opt.threads, [&](Batch& b) { return source.next_batch(b); },
       [&](Batch& b, Result& r) {
         r.verdicts.resize(b.urls.size());
         for (size_t i = 0; i < b.urls.size(); ++i) r.verdicts[i] = filter.check(b.urls[i]);
         r.urls.swap(b.urls);
       },
-      [&](Result& r) {
-        for (size_t i = 0; i < r.urls.size(); ++i) {
-          const std::string& url = r.urls[i];
-          UrlVerdict v = r.verdicts[i];
-          if (v == UrlVerdict::Accepted) {
-            XXH128_hash_t h = XXH3_128bits(url.data(), url.size());
-            if (!seen.insert(h.low64, h.high64)) v = UrlVerdict::Duplicate;
-          }
-          ++counts[static_cast<int>(v)];
-          ++total;
-          if (v == UrlVerdict::Accepted) {
-            out.write(url);
-            out.put('\n');
-          } else if (rejected) {
-            rejected->write(url_verdict_name(v));
-            rejected->put('\t');
-            rejected->write(url);
-            rejected->put('\n');
-          }
-        }
-        progress.add(r.urls.size(), 0);
-        progress.set_kept(counts[0]);
-        if (!common.quiet && !common.no_progress && log_elapsed_sec() >= next_status) {
-          status("PROGRESS");
-          next_status = log_elapsed_sec() + common.progress_sec;
-        }
-      });
-  progress.finish();
-  status("FINAL");
-  ZLM_LOG_INF("> writing cleaned up url list to %s", opt.output.c_str());
-  out.commit();
-  if (rejected) rejected->commit();
+      [&](Result& r) { sink.write(r); });
+  sink.finish(opt.output);
   ZLM_LOG_INF("done :-)");
   stats.set("files_in", static_cast<uint64_t>(files.size()));
-  stats.set("urls_in", total);
-  stats.set("urls_accepted", counts[0]);
-  stats.set("urls_domain_blacklisted", counts[1]);
-  stats.set("urls_extension_blacklisted", counts[2]);
-  stats.set("urls_short", counts[3]);
-  stats.set("urls_malformed", counts[4]);
-  stats.set("urls_duplicate", counts[5]);
+  stats.set("urls_in", sink.total());
+  stats.set("urls_accepted", sink.count(UrlVerdict::Accepted));
+  stats.set("urls_domain_blacklisted", sink.count(UrlVerdict::DomainBlacklist));
+  stats.set("urls_extension_blacklisted", sink.count(UrlVerdict::ExtensionBlacklist));
+  stats.set("urls_short", sink.count(UrlVerdict::Short));
+  stats.set("urls_malformed", sink.count(UrlVerdict::Malformed));
+  stats.set("urls_duplicate", sink.count(UrlVerdict::Duplicate));
   stats.set("blacklisted_domains", static_cast<uint64_t>(filter.num_domains()));
-  double el = log_elapsed_sec() - t0;
+  const double el = log_elapsed_sec() - t0;
   stats.set("elapsed_sec", el);
-  stats.set("urls_per_sec", el > 0 ? static_cast<double>(total) / el : 0.0);
+  stats.set("urls_per_sec", el > 0 ? static_cast<double>(sink.total()) / el : 0.0);
 }
 
 }  // namespace zlm::blacklist_urls

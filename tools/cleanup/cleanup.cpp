@@ -4,6 +4,7 @@
 #include <unicode/regex.h>
 #include <unicode/unistr.h>
 
+#include <array>
 #include <filesystem>
 #include <memory>
 
@@ -177,7 +178,7 @@ class Worker {
 template <typename OnDoc, typename OnBatch>
 void for_each_doc(JsonlBatchReader& reader, Worker& worker, int workers, OnDoc&& on_doc, OnBatch&& on_batch) {
   run_ordered_pipeline<LineBatch, Result>(
-      workers, static_cast<size_t>(workers) * 2 + 2, [&](LineBatch& b) { return reader.next_batch(b); },
+      workers, [&](LineBatch& b) { return reader.next_batch(b); },
       [&](LineBatch& b, Result& r) { worker.process(b, r); },
       [&](Result& r) {
         for (const Doc& d : r.docs) on_doc(d);
@@ -196,84 +197,112 @@ void write_rejected(JsonlWriter* w, const Doc& d) {
   w->end_object();
 }
 
+// cleanup_dataset.py's outcome of each document: kept lines to the output, the
+// dropped and the malformed ones (with their reason) to --rejected-out; its
+// counters and its status line, by time.
+class DefaultSink {
+ public:
+  DefaultSink(const CleanupOptions& opt, const CommonFlags& common, const JsonlBatchReader& reader, double t0)
+      : common_(common), reader_(reader), out_(opt.output), bad_(opt.max_bad_records), t0_(t0), next_log_(t0 + common.progress_sec),
+        progress_({.label = "docs", .total_bytes = reader.total_file_bytes(), .interval_sec = common.progress_sec,
+                   .enabled = !common.no_progress && !common.quiet}) {
+    if (!opt.rejected_out.empty()) rejected_ = std::make_unique<JsonlWriter>(opt.rejected_out);
+  }
+  void take(const Doc& d) {
+    ++docs_;
+    if (d.outcome == kBad) {
+      bad_.add(reader_.file_name(d.file_index) + ":" + std::to_string(d.line_number), d.reason);
+      write_rejected(rejected_.get(), d);
+      return;
+    }
+    fixed_ += d.text_changed;
+    if (d.outcome == kNonEnglish) {
+      ++non_english_;
+      non_english_chars_ += d.chars;
+      write_rejected(rejected_.get(), d);
+    } else if (d.outcome == kSmall) {
+      ++small_;
+      small_chars_ += d.chars;
+      write_rejected(rejected_.get(), d);
+    } else {
+      out_.write_raw_line(d.line);
+      ++written_;
+    }
+  }
+  void batch_done(const Result& r) {
+    progress_.add(r.docs.size(), r.bytes);
+    progress_.set_kept(written_);
+    progress_.maybe_report();
+    if (!common_.quiet && !common_.no_progress && log_elapsed_sec() >= next_log_) {
+      status("PROGRESS");
+      next_log_ = log_elapsed_sec() + common_.progress_sec;
+    }
+  }
+  void finish(const std::string& input) {
+    progress_.finish();
+    status("FINAL");
+    bad_.fail_if_all_bad(docs_, input);
+    out_.commit();
+    if (rejected_) rejected_->commit();
+  }
+  void report(Stats& stats) const {
+    stats.set("docs_in", docs_);
+    stats.set("docs_written", written_);
+    stats.set("docs_fixed_text", fixed_);
+    stats.set("docs_non_english", non_english_);
+    stats.set("chars_non_english", non_english_chars_);
+    stats.set("docs_small", small_);
+    stats.set("chars_small", small_chars_);
+    stats.set("docs_bad", bad_.count());
+  }
+  uint64_t docs() const { return docs_; }
+
+ private:
+  void status(const char* tag) const {
+    ZLM_LOG_INF("[%s] | elapsed time: %.2f | documents: %lu | fixed text: %lu | non-english: %lu | non-english chars: %lu | "
+                "small docs: %lu | small docs chars: %lu",
+                tag, log_elapsed_sec() - t0_, (unsigned long)docs_, (unsigned long)fixed_, (unsigned long)non_english_,
+                (unsigned long)non_english_chars_, (unsigned long)small_, (unsigned long)small_chars_);
+  }
+
+  const CommonFlags& common_;
+  const JsonlBatchReader& reader_;
+  JsonlWriter out_;
+  std::unique_ptr<JsonlWriter> rejected_;
+  BadRecords bad_;
+  uint64_t docs_ = 0, fixed_ = 0, non_english_ = 0, non_english_chars_ = 0, small_ = 0, small_chars_ = 0, written_ = 0;
+  double t0_, next_log_;
+  Progress progress_;
+};
+
 void run_default(const CleanupOptions& opt, const CommonFlags& common, Stats& stats) {
   // The token count needs GPT-2's tokenizer: the given files, else the bundled ones (as Megatron's script loads GPT-2's).
   const Gpt2Files files = resolve_gpt2_files(opt.vocab_file, opt.merge_file);
+  if (files.bundled) ZLM_LOG_INF("no --vocab-file/--merge-file given: GPT-2's own, %s and %s", files.vocab_file.c_str(), files.merge_file.c_str());
   check_distinct_paths({{"<output>", opt.output}, {"--rejected-out", opt.rejected_out}, {"--stats-out", common.stats_out}},
                        {{"<input>", opt.input}, {"--vocab-file", files.vocab_file}, {"--merge-file", files.merge_file}});
   auto tok = make_tokenizer({.type = "GPT2BPETokenizer", .vocab_file = files.vocab_file, .merge_file = files.merge_file});
   ZLM_LOG_INF("will be reading %s", opt.input.c_str());
   ZLM_LOG_INF("and will write the results to %s", opt.output.c_str());
   JsonlBatchReader reader(expand_inputs(opt.input));
-  JsonlWriter out(opt.output);
-  std::unique_ptr<JsonlWriter> rejected;
-  if (!opt.rejected_out.empty()) rejected = std::make_unique<JsonlWriter>(opt.rejected_out);
+  const double t0 = log_elapsed_sec();
+  DefaultSink sink(opt, common, reader, t0);
   Worker worker(opt, tok.get(), nullptr);
-  uint64_t docs = 0, fixed = 0, non_english = 0, non_english_chars = 0, small = 0, small_chars = 0, written = 0;
-  BadRecords bad(opt.max_bad_records);
-  double t0 = log_elapsed_sec(), next_log = t0 + common.progress_sec;
-  Progress progress({.label = "docs", .total_bytes = reader.total_file_bytes(), .interval_sec = common.progress_sec,
-                     .enabled = !common.no_progress && !common.quiet});
-  auto status = [&](const char* tag) {
-    ZLM_LOG_INF("[%s] | elapsed time: %.2f | documents: %lu | fixed text: %lu | non-english: %lu | non-english chars: %lu | "
-                "small docs: %lu | small docs chars: %lu",
-                tag, log_elapsed_sec() - t0, (unsigned long)docs, (unsigned long)fixed, (unsigned long)non_english,
-                (unsigned long)non_english_chars, (unsigned long)small, (unsigned long)small_chars);
-  };
-  for_each_doc(
-      reader, worker, opt.workers,
-      [&](const Doc& d) {
-        ++docs;
-        if (d.outcome == kBad) {
-          bad.add(reader.file_name(d.file_index) + ":" + std::to_string(d.line_number), d.reason);
-          write_rejected(rejected.get(), d);
-          return;
-        }
-        fixed += d.text_changed;
-        if (d.outcome == kNonEnglish) {
-          ++non_english;
-          non_english_chars += d.chars;
-          write_rejected(rejected.get(), d);
-        } else if (d.outcome == kSmall) {
-          ++small;
-          small_chars += d.chars;
-          write_rejected(rejected.get(), d);
-        } else {
-          out.write_raw_line(d.line);
-          ++written;
-        }
-      },
-      [&](const Result& r) {
-        progress.add(r.docs.size(), r.bytes);
-        progress.set_kept(written);
-        progress.maybe_report();
-        if (!common.quiet && !common.no_progress && log_elapsed_sec() >= next_log) {
-          status("PROGRESS");
-          next_log = log_elapsed_sec() + common.progress_sec;
-        }
-      });
-  progress.finish();
-  status("FINAL");
-  out.commit();
-  if (rejected) rejected->commit();
-  stats.set("docs_in", docs);
-  stats.set("docs_written", written);
-  stats.set("docs_fixed_text", fixed);
-  stats.set("docs_non_english", non_english);
-  stats.set("chars_non_english", non_english_chars);
-  stats.set("docs_small", small);
-  stats.set("chars_small", small_chars);
-  stats.set("docs_bad", bad.count());
+  for_each_doc(reader, worker, opt.workers, [&](const Doc& d) { sink.take(d); }, [&](const Result& r) { sink.batch_done(r); });
+  sink.finish(opt.input);
+  sink.report(stats);
+  if (reader.files_with_bom() > 0) stats.set("files_with_bom", reader.files_with_bom());
   stats.set("vocab_file", files.vocab_file);
   stats.set("merge_file", files.merge_file);
-  double el = log_elapsed_sec() - t0;
+  const double el = log_elapsed_sec() - t0;
   stats.set("elapsed_sec", el);
-  stats.set("docs_per_sec", el > 0 ? static_cast<double>(docs) / el : 0.0);
+  stats.set("docs_per_sec", el > 0 ? static_cast<double>(sink.docs()) / el : 0.0);
 }
 
-void run_tasks(const CleanupOptions& opt, const CommonFlags& common, Stats& stats) {
-  bool tasks[kNumTasks] = {false, false, false, false, false};
-  for (const auto& t : opt.tasks) {
+// --tasks: the names to flags, in Megatron's fixed order.
+std::array<bool, kNumTasks> parse_tasks(const std::vector<std::string>& names) {
+  std::array<bool, kNumTasks> tasks{};
+  for (const auto& t : names) {
     bool known = false;
     for (int k = 0; k < kNumTasks; ++k)
       if (t == kTaskNames[k]) tasks[k] = known = true;
@@ -281,30 +310,43 @@ void run_tasks(const CleanupOptions& opt, const CommonFlags& common, Stats& stat
       throw Error(ErrorKind::Usage, "unknown task '%s' (tasks: remove_512 remove_256_javascript remove_512_non_english ftfy_fix_text general_cleaning)",
                   t.c_str());
   }
+  return tasks;
+}
+
+// Each input file's two outputs, --output-path/<stem>_cleaned<ext> and _filtered<ext>.
+std::pair<std::string, std::string> task_outputs(const CleanupOptions& opt, const std::string& file) {
+  const std::filesystem::path p(file);
+  const std::string base = (std::filesystem::path(opt.output_path) / p.stem()).string();
+  return {base + "_cleaned" + p.extension().string(), base + "_filtered" + p.extension().string()};
+}
+
+// Every output named before any is written: two inputs of one name (a/x.jsonl,
+// b/x.jsonl) would write the same x_cleaned.jsonl.
+void check_task_paths(const CleanupOptions& opt, const CommonFlags& common) {
   if (opt.input_files.empty() || opt.output_path.empty()) throw Error(ErrorKind::Usage, "--tasks needs --input-files and --output-path");
   std::error_code ec;
   if (!std::filesystem::is_directory(opt.output_path, ec))
     throw Error(ErrorKind::Usage, "--output-path '%s' is not a directory", opt.output_path.c_str());
-  // Every output named before any is written: two inputs of one name (a/x.jsonl,
-  // b/x.jsonl) would write the same x_cleaned.jsonl.
   std::vector<NamedPath> outputs{{"--stats-out", common.stats_out}}, inputs;
   for (const auto& file : opt.input_files) {
-    const std::filesystem::path p(file);
-    const std::string base = (std::filesystem::path(opt.output_path) / p.stem()).string();
-    outputs.push_back({"the output of --input-files " + file, base + "_cleaned" + p.extension().string()});
-    outputs.push_back({"the output of --input-files " + file, base + "_filtered" + p.extension().string()});
+    const auto [cleaned, filtered] = task_outputs(opt, file);
+    outputs.push_back({"the output of --input-files " + file, cleaned});
+    outputs.push_back({"the output of --input-files " + file, filtered});
     inputs.push_back({"--input-files " + file, file});
   }
   check_distinct_paths(outputs, inputs);
-  Worker worker(opt, nullptr, tasks);
+}
+
+void run_tasks(const CleanupOptions& opt, const CommonFlags& common, Stats& stats) {
+  const std::array<bool, kNumTasks> tasks = parse_tasks(opt.tasks);
+  check_task_paths(opt, common);
+  Worker worker(opt, nullptr, tasks.data());
   uint64_t counts[kNumTasks] = {0, 0, 0, 0, 0}, docs = 0, kept = 0, filtered_n = 0;
   BadRecords bad(opt.max_bad_records);
-  double t0 = log_elapsed_sec();
+  const double t0 = log_elapsed_sec();
   for (const auto& file : opt.input_files) {
-    std::filesystem::path p(file);
-    std::string stem = p.stem().string(), ext = p.extension().string();
-    std::string base = (std::filesystem::path(opt.output_path) / stem).string();
-    JsonlWriter cleaned(base + "_cleaned" + ext), filtered(base + "_filtered" + ext);
+    const auto [cleaned_path, filtered_path] = task_outputs(opt, file);
+    JsonlWriter cleaned(cleaned_path), filtered(filtered_path);
     JsonlBatchReader reader({file});
     for_each_doc(
         reader, worker, opt.workers,
@@ -325,6 +367,7 @@ void run_tasks(const CleanupOptions& opt, const CommonFlags& common, Stats& stat
     filtered.commit();
     ZLM_LOG_INF("    processed %9lu documents in %.2f seconds ...", (unsigned long)docs, log_elapsed_sec() - t0);
   }
+  bad.fail_if_all_bad(docs, "--input-files");
   ZLM_LOG_INF("  >> total docs: %lu remove_512 %lu remove_256_javascript %lu remove_512_non_english %lu ftfy_fix_text %lu general_cleaning %lu",
               (unsigned long)docs, (unsigned long)counts[0], (unsigned long)counts[1], (unsigned long)counts[2],
               (unsigned long)counts[3], (unsigned long)counts[4]);

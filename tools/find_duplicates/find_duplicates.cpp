@@ -2,8 +2,6 @@
 
 #define XXH_INLINE_ALL
 #include <tbb/enumerable_thread_specific.h>
-#include <tbb/global_control.h>
-#include <tbb/task_arena.h>
 #include <tbb/parallel_for.h>
 #include <tbb/parallel_sort.h>
 #include <xxhash.h>
@@ -75,8 +73,8 @@ JaccardMode parse_mode(const std::string& s) {
 // records in order, and bad(file:line message) for the others.
 class InputScanner {
  public:
-  InputScanner(const std::vector<InputSpec>& specs, const std::string& text_key, int threads)
-      : specs_(specs), text_key_(text_key), threads_(threads) {}
+  InputScanner(const std::vector<InputSpec>& specs, const std::string& text_key, ThreadArena& arena)
+      : specs_(specs), text_key_(text_key), arena_(arena) {}
 
   // Parallel fingerprinting of every input into `corpus`.
   void fingerprint(const MinHasher& hasher, Corpus& corpus, Progress& progress, BadRecords& bad) {
@@ -88,7 +86,7 @@ class InputScanner {
       JsonlBatchReader reader(spec.files);
       std::vector<std::string> keys{text_key_, spec.key};
       run_ordered_pipeline<LineBatch, FpResult>(
-          threads_, static_cast<size_t>(threads_) * 2 + 2, [&](LineBatch& b) { return reader.next_batch(b); },
+          arena_, pipeline_in_flight(arena_.threads()), [&](LineBatch& b) { return reader.next_batch(b); },
           [&](LineBatch& b, FpResult& r) {
             auto& slot = states.local();
             if (!slot) slot = std::make_unique<FpState>();
@@ -155,7 +153,7 @@ class InputScanner {
  private:
   const std::vector<InputSpec>& specs_;
   std::string text_key_;
-  int threads_;
+  ThreadArena& arena_;
 };
 
 struct Bucket {
@@ -196,18 +194,53 @@ struct Verified {
   std::vector<std::pair<uint32_t, double>> similar;
 };
 
-}  // namespace
+uint64_t pair_key(uint32_t a, uint32_t b) { return (static_cast<uint64_t>(std::min(a, b)) << 32) | std::max(a, b); }
 
-void run(const FindDuplicatesOptions& opt, const CommonFlags& common, Stats& stats) {
-  double t0 = log_elapsed_sec();
-  if (opt.inputs.size() % 2 != 0) throw Error(ErrorKind::Usage, "--inputs takes pairs: file key [file key ...]");
-  if (opt.num_bands == 0 || opt.num_seeds % opt.num_bands != 0)
-    throw Error(ErrorKind::Usage, "--num-seeds (%u) must be a multiple of --num-bands (%u)", opt.num_seeds, opt.num_bands);
-  if (opt.heuristic_iter == 0 || opt.heuristic_iter < -1) throw Error(ErrorKind::Usage, "--heuristic-iter must be >= 1 or -1");
-  const JaccardMode mode = parse_mode(opt.jaccard);
-  const MinHashParams params{.num_seeds = opt.num_seeds, .char_ngram = opt.char_ngram, .seed = opt.seed};
-  MinHasher hasher(params);
-  const uint32_t K = opt.num_seeds, rows = opt.num_seeds / opt.num_bands;
+// Megatron's verification of one bucket: the first document is the "main" one
+// of a round, compared by exact Jaccard with the rest; the similar ones are
+// reported with it, the others form the next round (up to --heuristic-iter
+// rounds). Pairs verified in an earlier band (`known`) are not computed, nor
+// reported, again; the new ones go to `computed`.
+std::vector<Verified> verify_bucket(const Bucket& bucket, const std::unordered_map<uint32_t, std::string>& texts,
+                                    const std::unordered_map<uint64_t, double>& known, const FindDuplicatesOptions& opt, JaccardMode mode,
+                                    std::vector<std::pair<uint64_t, double>>& computed) {
+  std::vector<Verified> out;
+  std::vector<uint32_t> work = bucket.docs;
+  std::unordered_map<uint32_t, std::vector<uint64_t>> shingles;
+  auto set_of = [&](uint32_t d) -> const std::vector<uint64_t>& {
+    auto it = shingles.find(d);
+    if (it == shingles.end()) it = shingles.emplace(d, shingle_set(texts.at(d), opt.char_ngram)).first;
+    return it->second;
+  };
+  for (int round = 0; work.size() > 1 && (opt.heuristic_iter < 0 || round < opt.heuristic_iter); ++round) {
+    Verified v{work[0], {}};
+    std::vector<uint32_t> rest;
+    for (size_t k = 1; k < work.size(); ++k) {
+      const uint32_t other = work[k];
+      const uint64_t key = pair_key(v.main, other);
+      auto it = known.find(key);
+      const bool seen = it != known.end();
+      const double sim = seen ? it->second : jaccard(set_of(v.main), set_of(other), mode);
+      if (!seen) computed.emplace_back(key, sim);
+      if (sim > opt.jaccard_threshold) {
+        if (!seen) v.similar.emplace_back(other, sim);
+      } else {
+        rest.push_back(other);
+      }
+    }
+    if (!v.similar.empty()) out.push_back(std::move(v));
+    work.swap(rest);
+  }
+  return out;
+}
+
+// What the similarity search counts.
+struct PairCounts {
+  uint64_t buckets = 0, compared = 0, similar = 0, lines = 0;
+};
+
+// The input files of each --inputs pair, checked against the outputs.
+std::vector<InputSpec> input_specs(const FindDuplicatesOptions& opt, const CommonFlags& common) {
   std::vector<InputSpec> specs;
   for (size_t i = 0; i < opt.inputs.size(); i += 2) specs.push_back({expand_inputs(opt.inputs[i]), opt.inputs[i + 1]});
   std::vector<NamedPath> inputs;
@@ -215,12 +248,11 @@ void run(const FindDuplicatesOptions& opt, const CommonFlags& common, Stats& sta
     for (const auto& f : spec.files) inputs.push_back({"--inputs", f});
   for (const auto& f : opt.load_fingerprints) inputs.push_back({"--load-fingerprints", f});
   check_distinct_paths({{"--output", opt.output}, {"--save-fingerprints", opt.save_fingerprints}, {"--stats-out", common.stats_out}}, inputs);
+  return specs;
+}
 
-  // All parallel work of this run on exactly --threads threads (also above the core count).
-  tbb::global_control limit(tbb::global_control::max_allowed_parallelism, static_cast<size_t>(std::max(1, opt.threads)));
-  tbb::task_arena arena(std::max(1, opt.threads));
-  Corpus corpus;
-  // Loaded fingerprints first (Megatron loads before fingerprinting new inputs).
+// Loaded fingerprints first (Megatron loads before fingerprinting new inputs).
+void load_fingerprints(const FindDuplicatesOptions& opt, const MinHashParams& params, Corpus& corpus) {
   for (uint32_t f = 0; f < opt.load_fingerprints.size(); ++f) {
     auto reader = std::make_unique<formats::SignatureFileReader>(opt.load_fingerprints[f]);
     reader->check_params(params);
@@ -233,147 +265,154 @@ void run(const FindDuplicatesOptions& opt, const CommonFlags& common, Stats& sta
     ZLM_LOG_INF("loaded %lu fingerprints from %s", (unsigned long)reader->num_docs(), opt.load_fingerprints[f].c_str());
     corpus.loaded.push_back(std::move(reader));
   }
+}
+
+// An id names one document. A document of the inputs whose id a loaded
+// fingerprint file already has would be compared with itself and counted
+// twice: an error. Ids repeated within the inputs occur in real data (Megatron's
+// own test set has them) and are processed as Megatron does, with a warning.
+// Returns how many documents repeat an earlier id.
+uint64_t check_repeated_ids(const Corpus& corpus, const std::vector<InputSpec>& specs, const FindDuplicatesOptions& opt) {
+  auto where = [&](uint64_t i) {
+    const DocSource& src = corpus.sources[i];
+    if (src.input == kLoaded) return strprintf("%s (fingerprint %lu)", opt.load_fingerprints[src.file].c_str(), (unsigned long)src.line);
+    return strprintf("%s:%lu", specs[src.input].files[src.file].c_str(), (unsigned long)src.line);
+  };
+  std::unordered_map<std::string_view, uint64_t> first;
+  first.reserve(corpus.ids.size());
+  uint64_t repeated = 0;
+  for (uint64_t i = 0; i < corpus.ids.size(); ++i) {
+    auto [it, fresh] = first.emplace(corpus.ids[i], i);
+    if (fresh) continue;
+    if (corpus.sources[it->second].input == kLoaded && corpus.sources[i].input != kLoaded)
+      throw Error(ErrorKind::Usage, "the id '%s' names two documents: %s and %s ---> HINT: --load-fingerprints already holds this "
+                  "document: leave its file out of --inputs", corpus.ids[i].c_str(), where(it->second).c_str(), where(i).c_str());
+    if (repeated++ == 0)
+      ZLM_LOG_WRN("the id '%s' names two documents: %s and %s (ids should be unique; pairs among such documents are reported "
+                  "as Megatron reports them)", corpus.ids[i].c_str(), where(it->second).c_str(), where(i).c_str());
+  }
+  if (repeated > 1) ZLM_LOG_WRN("%lu documents repeat an id of an earlier one", (unsigned long)repeated);
+  return repeated;
+}
+
+void save_fingerprints(const std::string& path, const MinHashParams& params, const Corpus& corpus, uint64_t first_input_doc,
+                       InputScanner& scanner) {
+  const uint32_t K = params.num_seeds;
+  formats::SignatureFileContent content;
+  content.params = params;
+  content.num_docs = corpus.ids.size();
+  content.signature = [&](uint64_t i) { return std::span<const uint32_t>(corpus.sigs.data() + i * K, K); };
+  content.id = [&](uint64_t i) { return std::string_view(corpus.ids[i]); };
+  content.for_each_text = [&](const std::function<void(std::string_view)>& sink) {
+    for (uint64_t i = 0; i < first_input_doc; ++i) sink(corpus.loaded[corpus.sources[i].file]->text(corpus.sources[i].line));
+    scanner.rescan(corpus, first_input_doc, [](uint64_t) { return true; }, [&](uint64_t, const std::string& t) { sink(t); });
+  };
+  formats::write_signature_file(path, content);
+  ZLM_LOG_INF("saved %lu fingerprints to %s", (unsigned long)corpus.ids.size(), path.c_str());
+}
+
+// The texts of the candidate documents only: from the loaded files, or a second pass over the inputs.
+std::unordered_map<uint32_t, std::string> candidate_texts(const Corpus& corpus, const std::vector<uint8_t>& candidate, uint64_t first_input_doc,
+                                                          InputScanner& scanner) {
+  std::unordered_map<uint32_t, std::string> texts;
+  for (uint64_t d = 0; d < first_input_doc; ++d)
+    if (candidate[d]) texts.emplace(static_cast<uint32_t>(d), std::string(corpus.loaded[corpus.sources[d].file]->text(corpus.sources[d].line)));
+  scanner.rescan(corpus, first_input_doc, [&](uint64_t d) { return candidate[d] != 0; },
+                 [&](uint64_t d, const std::string& t) { texts.emplace(static_cast<uint32_t>(d), t); });
+  return texts;
+}
+
+// One output line per main document of a bucket round: {"<main id>": [{"<id>": similarity}, ...]}.
+void write_verified(JsonlWriter& out, const Corpus& corpus, const Verified& v) {
+  std::string list = "[";
+  for (size_t k = 0; k < v.similar.size(); ++k) {
+    if (k) list += ", ";
+    list += JsonObject().add(corpus.ids[v.similar[k].first], v.similar[k].second).str();
+  }
+  list += "]";
+  out.begin_object();
+  out.field_raw(corpus.ids[v.main], list);
+  out.end_object();
+}
+
+// The LSH bands' candidate buckets, each verified by exact Jaccard, band after
+// band in order (buckets of a band in parallel), written to --output.
+PairCounts find_pairs(const FindDuplicatesOptions& opt, const Corpus& corpus, uint64_t first_input_doc, InputScanner& scanner,
+                      ThreadArena& arena, JaccardMode mode) {
+  ZLM_LOG_INF("Compute jaccard similarity");
+  const uint64_t n = corpus.ids.size();
+  const uint32_t K = opt.num_seeds, rows = opt.num_seeds / opt.num_bands;
+  PairCounts counts;
+  std::vector<std::vector<Bucket>> bands(opt.num_bands);
+  std::vector<uint8_t> candidate(n, 0);
+  for (uint32_t b = 0; b < opt.num_bands; ++b) {
+    arena.execute([&] { bands[b] = band_buckets(corpus, K, b, rows); });
+    for (const auto& bucket : bands[b])
+      for (uint32_t d : bucket.docs) candidate[d] = 1;
+    counts.buckets += bands[b].size();
+  }
+  const auto texts = candidate_texts(corpus, candidate, first_input_doc, scanner);
+  ZLM_LOG_INF("%lu candidate buckets over %u bands, %lu candidate documents", (unsigned long)counts.buckets, opt.num_bands,
+              (unsigned long)std::count(candidate.begin(), candidate.end(), 1));
+  JsonlWriter out(opt.output);
+  std::unordered_map<uint64_t, double> known;  // verified pairs of earlier bands (main, other) -> similarity
+  for (const auto& buckets : bands) {
+    std::vector<std::vector<Verified>> results(buckets.size());
+    std::vector<std::vector<std::pair<uint64_t, double>>> computed(buckets.size());
+    arena.execute([&] {
+      tbb::parallel_for(size_t{0}, buckets.size(), [&](size_t i) { results[i] = verify_bucket(buckets[i], texts, known, opt, mode, computed[i]); });
+    });
+    for (size_t i = 0; i < buckets.size(); ++i) {
+      for (const auto& [key, sim] : computed[i]) known.emplace(key, sim);
+      counts.compared += computed[i].size();
+      for (const Verified& v : results[i]) {
+        write_verified(out, corpus, v);
+        counts.similar += v.similar.size();
+        ++counts.lines;
+      }
+    }
+  }
+  out.commit();
+  return counts;
+}
+
+}  // namespace
+
+void run(const FindDuplicatesOptions& opt, const CommonFlags& common, Stats& stats) {
+  const double t0 = log_elapsed_sec();
+  if (opt.inputs.size() % 2 != 0) throw Error(ErrorKind::Usage, "--inputs takes pairs: file key [file key ...]");
+  if (opt.num_bands == 0 || opt.num_seeds % opt.num_bands != 0)
+    throw Error(ErrorKind::Usage, "--num-seeds (%u) must be a multiple of --num-bands (%u)", opt.num_seeds, opt.num_bands);
+  if (opt.heuristic_iter == 0 || opt.heuristic_iter < -1) throw Error(ErrorKind::Usage, "--heuristic-iter must be >= 1 or -1");
+  const JaccardMode mode = parse_mode(opt.jaccard);
+  const MinHashParams params{.num_seeds = opt.num_seeds, .char_ngram = opt.char_ngram, .seed = opt.seed};
+  const std::vector<InputSpec> specs = input_specs(opt, common);
+  ThreadArena arena(opt.threads);  // all parallel work of this run on exactly --threads threads
+  Corpus corpus;
+  load_fingerprints(opt, params, corpus);
   const uint64_t first_input_doc = corpus.ids.size();
   ZLM_LOG_INF("Computing fingerprints");
   uint64_t total_bytes = 0;
   for (const auto& s : specs) total_bytes += JsonlBatchReader(s.files).total_file_bytes();
   Progress progress({.label = "docs", .interval_sec = common.progress_sec, .enabled = !common.no_progress && !common.quiet});
   BadRecords bad(opt.max_bad_records);
-  InputScanner scanner(specs, opt.text_key, opt.threads);
-  scanner.fingerprint(hasher, corpus, progress, bad);
+  InputScanner scanner(specs, opt.text_key, arena);
+  scanner.fingerprint(MinHasher(params), corpus, progress, bad);
   progress.finish();
-  const uint64_t n = corpus.ids.size();
-  if (n > UINT32_MAX) throw Error(ErrorKind::Usage, "more than 2^32 documents: split the corpus");
-  {  // An id names one document. A document of the inputs whose id a loaded
-     // fingerprint file already has would be compared with itself and counted
-     // twice: an error. Ids repeated within the inputs occur in real data (Megatron's
-     // own test set has them) and are processed as Megatron does, with a warning.
-    auto where = [&](uint64_t i) {
-      const DocSource& src = corpus.sources[i];
-      if (src.input == kLoaded) return strprintf("%s (fingerprint %lu)", opt.load_fingerprints[src.file].c_str(), (unsigned long)src.line);
-      return strprintf("%s:%lu", specs[src.input].files[src.file].c_str(), (unsigned long)src.line);
-    };
-    std::unordered_map<std::string_view, uint64_t> first;
-    first.reserve(n);
-    uint64_t repeated = 0;
-    for (uint64_t i = 0; i < n; ++i) {
-      auto [it, fresh] = first.emplace(corpus.ids[i], i);
-      if (fresh) continue;
-      if (corpus.sources[it->second].input == kLoaded && corpus.sources[i].input != kLoaded)
-        throw Error(ErrorKind::Usage, "the id '%s' names two documents: %s and %s ---> HINT: --load-fingerprints already holds this "
-                    "document: leave its file out of --inputs", corpus.ids[i].c_str(), where(it->second).c_str(), where(i).c_str());
-      if (repeated++ == 0)
-        ZLM_LOG_WRN("the id '%s' names two documents: %s and %s (ids should be unique; pairs among such documents are reported "
-                    "as Megatron reports them)", corpus.ids[i].c_str(), where(it->second).c_str(), where(i).c_str());
-    }
-    if (repeated > 1) ZLM_LOG_WRN("%lu documents repeat an id of an earlier one", (unsigned long)repeated);
-    stats.set("docs_repeated_id", repeated);
-  }
-  double t_fp = log_elapsed_sec() - t0;
-
-  if (!opt.save_fingerprints.empty()) {
-    formats::SignatureFileContent content;
-    content.params = params;
-    content.num_docs = n;
-    content.signature = [&](uint64_t i) { return std::span<const uint32_t>(corpus.sigs.data() + i * K, K); };
-    content.id = [&](uint64_t i) { return std::string_view(corpus.ids[i]); };
-    content.for_each_text = [&](const std::function<void(std::string_view)>& sink) {
-      for (uint64_t i = 0; i < first_input_doc; ++i) sink(corpus.loaded[corpus.sources[i].file]->text(corpus.sources[i].line));
-      scanner.rescan(corpus, first_input_doc, [](uint64_t) { return true; }, [&](uint64_t, const std::string& t) { sink(t); });
-    };
-    formats::write_signature_file(opt.save_fingerprints, content);
-    ZLM_LOG_INF("saved %lu fingerprints to %s", (unsigned long)n, opt.save_fingerprints.c_str());
-  }
-
-  uint64_t buckets_total = 0, pairs_compared = 0, pairs_similar = 0, lines_out = 0;
-  if (!opt.output.empty()) {
-    ZLM_LOG_INF("Compute jaccard similarity");
-    std::vector<std::vector<Bucket>> bands(opt.num_bands);
-    std::vector<uint8_t> candidate(n, 0);
-    for (uint32_t b = 0; b < opt.num_bands; ++b) {
-      arena.execute([&] { bands[b] = band_buckets(corpus, K, b, rows); });
-      for (const auto& bucket : bands[b])
-        for (uint32_t d : bucket.docs) candidate[d] = 1;
-      buckets_total += bands[b].size();
-    }
-    // Texts of the candidates only: from the loaded files, or a second pass over the inputs.
-    std::unordered_map<uint32_t, std::string> texts;
-    uint64_t candidates = 0;
-    for (uint64_t d = 0; d < n; ++d) {
-      if (!candidate[d]) continue;
-      ++candidates;
-      if (d < first_input_doc) texts.emplace(static_cast<uint32_t>(d), std::string(corpus.loaded[corpus.sources[d].file]->text(corpus.sources[d].line)));
-    }
-    scanner.rescan(corpus, first_input_doc, [&](uint64_t d) { return candidate[d] != 0; },
-                   [&](uint64_t d, const std::string& t) { texts.emplace(static_cast<uint32_t>(d), t); });
-    ZLM_LOG_INF("%lu candidate buckets over %u bands, %lu candidate documents", (unsigned long)buckets_total, opt.num_bands,
-                (unsigned long)candidates);
-
-    JsonlWriter out(opt.output);
-    std::unordered_map<uint64_t, double> known;  // verified pairs of earlier bands (main, other) -> similarity
-    auto pair_key = [](uint32_t a, uint32_t b) { return (static_cast<uint64_t>(std::min(a, b)) << 32) | std::max(a, b); };
-    for (uint32_t b = 0; b < opt.num_bands; ++b) {
-      const auto& buckets = bands[b];
-      std::vector<std::vector<Verified>> results(buckets.size());
-      std::vector<std::vector<std::pair<uint64_t, double>>> computed(buckets.size());
-      arena.execute([&] {
-        tbb::parallel_for(size_t{0}, buckets.size(), [&](size_t i) {
-          std::vector<uint32_t> work = buckets[i].docs;
-          std::unordered_map<uint32_t, std::vector<uint64_t>> shingles;
-          auto set_of = [&](uint32_t d) -> const std::vector<uint64_t>& {
-            auto it = shingles.find(d);
-            if (it == shingles.end()) it = shingles.emplace(d, shingle_set(texts.at(d), opt.char_ngram)).first;
-            return it->second;
-          };
-          for (int round = 0; work.size() > 1 && (opt.heuristic_iter < 0 || round < opt.heuristic_iter); ++round) {
-            Verified v{work[0], {}};
-            std::vector<uint32_t> rest;
-            for (size_t k = 1; k < work.size(); ++k) {
-              uint32_t other = work[k];
-              uint64_t key = pair_key(v.main, other);
-              auto it = known.find(key);
-              bool seen = it != known.end();
-              double sim = seen ? it->second : jaccard(set_of(v.main), set_of(other), mode);
-              if (!seen) computed[i].emplace_back(key, sim);
-              if (sim > opt.jaccard_threshold) {
-                if (!seen) v.similar.emplace_back(other, sim);
-              } else {
-                rest.push_back(other);
-              }
-            }
-            if (!v.similar.empty()) results[i].push_back(std::move(v));
-            work.swap(rest);
-          }
-        });
-      });
-      for (size_t i = 0; i < buckets.size(); ++i) {
-        for (const auto& [key, sim] : computed[i]) known.emplace(key, sim);
-        pairs_compared += computed[i].size();
-        for (const Verified& v : results[i]) {
-          std::string list = "[";
-          for (size_t k = 0; k < v.similar.size(); ++k) {
-            if (k) list += ", ";
-            list += JsonObject().add(corpus.ids[v.similar[k].first], v.similar[k].second).str();
-          }
-          list += "]";
-          out.begin_object();
-          out.field_raw(corpus.ids[v.main], list);
-          out.end_object();
-          pairs_similar += v.similar.size();
-          ++lines_out;
-        }
-      }
-    }
-    out.commit();
-  }
+  bad.fail_if_all_bad(corpus.ids.size() - first_input_doc + bad.count(), "--inputs");
+  if (corpus.ids.size() > UINT32_MAX) throw Error(ErrorKind::Usage, "more than 2^32 documents: split the corpus");
+  stats.set("docs_repeated_id", check_repeated_ids(corpus, specs, opt));
+  const double t_fp = log_elapsed_sec() - t0;
+  if (!opt.save_fingerprints.empty()) save_fingerprints(opt.save_fingerprints, params, corpus, first_input_doc, scanner);
+  const PairCounts counts = opt.output.empty() ? PairCounts{} : find_pairs(opt, corpus, first_input_doc, scanner, arena, mode);
   ZLM_LOG_INF("done :-)");
-  stats.set("docs_fingerprinted", n - first_input_doc);
+  stats.set("docs_fingerprinted", corpus.ids.size() - first_input_doc);
   stats.set("docs_loaded", first_input_doc);
   stats.set("docs_bad", bad.count());
-  stats.set("candidate_buckets", buckets_total);
-  stats.set("pairs_compared", pairs_compared);
-  stats.set("pairs_similar", pairs_similar);
-  stats.set("lines_out", lines_out);
+  stats.set("candidate_buckets", counts.buckets);
+  stats.set("pairs_compared", counts.compared);
+  stats.set("pairs_similar", counts.similar);
+  stats.set("lines_out", counts.lines);
   stats.set("fingerprint_sec", t_fp);
   stats.set("fingerprint_mb_per_sec", t_fp > 0 ? static_cast<double>(total_bytes) / t_fp / 1e6 : 0.0);
   stats.set("elapsed_sec", log_elapsed_sec() - t0);

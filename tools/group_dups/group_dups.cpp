@@ -10,98 +10,107 @@
 #include "common/core/error.h"
 #include "common/core/jsonl_writer.h"
 #include "common/core/json_writer.h"
+#include "common/io/json_members.h"
 #include "common/io/line_reader.h"
 #include "common/core/log.h"
 #include "tools/group_dups/union_find.h"
 
 namespace zlm::group_dups {
 
-void run(const GroupOptions& opt, const CommonFlags& common, Stats& stats) {
-  double t0 = log_elapsed_sec();
-  check_distinct_paths({{"<output>", opt.output}, {"--stats-out", common.stats_out}}, {{"<input>", opt.input}});
-  std::unordered_map<std::string, uint32_t> index;
-  std::vector<const std::string*> names;  // id by first appearance
-  UnionFind uf;
-  auto intern = [&](std::string_view id) {
-    auto [it, inserted] = index.try_emplace(std::string(id), static_cast<uint32_t>(names.size()));
+namespace {
+
+// Ids interned in order of first appearance, and the union-find over them.
+class IdGraph {
+ public:
+  uint32_t intern(std::string_view id) {
+    auto [it, inserted] = index_.try_emplace(std::string(id), static_cast<uint32_t>(names_.size()));
     if (inserted) {
-      names.push_back(&it->first);
-      uf.resize(names.size());
+      names_.push_back(&it->first);
+      uf_.resize(names_.size());
     }
     return it->second;
-  };
+  }
+  bool unite(uint32_t a, uint32_t b) { return uf_.unite(a, b); }
+  uint32_t size() const { return static_cast<uint32_t>(names_.size()); }
+  const std::string& name(uint32_t i) const { return *names_[i]; }
+  // Components in order of first appearance; members in order of first appearance.
+  std::vector<std::vector<uint32_t>> components() {
+    std::vector<uint32_t> group_of_root(size(), UINT32_MAX);
+    std::vector<std::vector<uint32_t>> groups;
+    for (uint32_t i = 0; i < size(); ++i) {
+      const uint32_t r = uf_.find(i);
+      if (group_of_root[r] == UINT32_MAX) {
+        group_of_root[r] = static_cast<uint32_t>(groups.size());
+        groups.emplace_back();
+      }
+      groups[group_of_root[r]].push_back(i);
+    }
+    return groups;
+  }
+
+ private:
+  std::unordered_map<std::string, uint32_t> index_;
+  std::vector<const std::string*> names_;  // id by first appearance
+  UnionFind uf_;
+};
+
+// One line of find_duplicates' output, {"main": [{"other": similarity}, ...], ...}: the links of
+// the pairs at or above the threshold into `links` (main, other). Returns why the line is bad ("": good).
+std::string parse_line(simdjson::dom::parser& parser, std::string_view line, double threshold, IdGraph& ids,
+                       std::vector<std::pair<uint32_t, uint32_t>>& links) {
+  simdjson::padded_string padded(line);
+  simdjson::dom::object obj;
+  if (auto err = parser.parse(padded).get_object().get(obj)) return std::string("malformed JSON: ") + simdjson::error_message(err);
+  for (const auto& [main, list] : python_members(obj)) {  // repeated keys: the last value, as Megatron's json.loads
+    const uint32_t m = ids.intern(main);
+    simdjson::dom::array arr;
+    if (list.get_array().get(arr)) return "the value of a main id is not a list";
+    for (simdjson::dom::element item : arr) {
+      simdjson::dom::object pair;
+      if (item.get_object().get(pair)) return "a list item is not an {id: similarity} object";
+      for (const auto& [other, sim] : python_members(pair)) {
+        double s;
+        if (sim.get_double().get(s)) return "a similarity is not a number";
+        if (!(s >= 0.0 && s <= 1.0))  // NaN too: a similarity is a Jaccard ratio
+          return strprintf("similarity %g of '%.*s' is outside [0, 1]", s, static_cast<int>(other.size()), other.data());
+        if (s >= threshold) links.emplace_back(m, ids.intern(other));
+      }
+    }
+  }
+  return "";
+}
+
+}  // namespace
+
+void run(const GroupOptions& opt, const CommonFlags& common, Stats& stats) {
+  const double t0 = log_elapsed_sec();
+  check_distinct_paths({{"<output>", opt.output}, {"--stats-out", common.stats_out}}, {{"<input>", opt.input}});
+  IdGraph ids;
   LineReader reader(opt.input);
   simdjson::dom::parser parser;
   std::string_view line;
   uint64_t lines = 0, links = 0;
   BadRecords bad(opt.max_bad_records);
-  std::vector<uint32_t> members;
   std::vector<std::pair<uint32_t, uint32_t>> line_links;
   while (reader.next(line)) {
     ++lines;
     if (line.empty()) continue;
-    simdjson::padded_string padded(line);
-    simdjson::dom::object obj;
-    std::string why;
     line_links.clear();
-    auto err = parser.parse(padded).get_object().get(obj);
-    if (!err) {
-      for (auto [main, list] : obj) {
-        members.assign(1, intern(main));
-        simdjson::dom::array arr;
-        if (list.get_array().get(arr)) {
-          why = "the value of a main id is not a list";
-          break;
-        }
-        for (simdjson::dom::element item : arr) {
-          simdjson::dom::object pair;
-          if (item.get_object().get(pair)) {
-            why = "a list item is not an {id: similarity} object";
-            break;
-          }
-          for (auto [other, sim] : pair) {
-            double s;
-            if (sim.get_double().get(s)) {
-              why = "a similarity is not a number";
-              break;
-            }
-            if (!(s >= 0.0 && s <= 1.0)) {  // NaN too: a similarity is a Jaccard ratio
-              why = strprintf("similarity %g of '%.*s' is outside [0, 1]", s, static_cast<int>(other.size()), other.data());
-              break;
-            }
-            if (s >= opt.threshold) members.push_back(intern(other));
-          }
-        }
-        if (!why.empty()) break;
-        for (size_t k = 1; k < members.size(); ++k) line_links.emplace_back(members[0], members[k]);
-      }
-      if (why.empty())  // a bad line links nothing, not even the keys before its fault
-        for (auto [a, b] : line_links) links += uf.unite(a, b);
-    } else {
-      why = std::string("malformed JSON: ") + simdjson::error_message(err);
-    }
-    if (!why.empty()) bad.add(opt.input + ":" + std::to_string(lines), why);
+    const std::string why = parse_line(parser, line, opt.threshold, ids, line_links);
+    if (why.empty())  // a bad line links nothing, not even the keys before its fault
+      for (auto [a, b] : line_links) links += ids.unite(a, b);
+    else
+      bad.add(opt.input + ":" + std::to_string(lines), why);
     if (lines % 100000 == 0 && !common.quiet)
       ZLM_LOG_INF(" > processed %lu lines in %.2f seconds ...", (unsigned long)lines, log_elapsed_sec() - t0);
   }
-  // Components in order of first appearance; members in order of first appearance.
-  const uint32_t n = static_cast<uint32_t>(names.size());
-  std::vector<uint32_t> group_of_root(n, UINT32_MAX), sizes;
-  std::vector<std::vector<uint32_t>> groups;
-  for (uint32_t i = 0; i < n; ++i) {
-    uint32_t r = uf.find(i);
-    if (group_of_root[r] == UINT32_MAX) {
-      group_of_root[r] = static_cast<uint32_t>(groups.size());
-      groups.emplace_back();
-    }
-    groups[group_of_root[r]].push_back(i);
-  }
+  bad.fail_if_all_bad(lines, opt.input);
   JsonlWriter out(opt.output);
   uint64_t kept_groups = 0, removed = 0;
-  for (const auto& g : groups) {
+  for (const auto& g : ids.components()) {
     if (g.size() < 2) continue;
     std::string list = "[";
-    for (size_t k = 0; k < g.size(); ++k) list += (k ? ", " : "") + json_string(*names[g[k]]);
+    for (size_t k = 0; k < g.size(); ++k) list += (k ? ", " : "") + json_string(ids.name(g[k]));
     list += "]";
     out.begin_object();
     out.field_raw(std::to_string(kept_groups), list);
@@ -114,7 +123,7 @@ void run(const GroupOptions& opt, const CommonFlags& common, Stats& stats) {
               (unsigned long)kept_groups, (unsigned long)removed);
   stats.set("lines_in", lines);
   stats.set("lines_bad", bad.count());
-  stats.set("ids_seen", static_cast<uint64_t>(n));
+  stats.set("ids_seen", static_cast<uint64_t>(ids.size()));
   stats.set("links_used", links);
   stats.set("groups_out", kept_groups);
   stats.set("ids_in_groups", removed + kept_groups);

@@ -53,6 +53,7 @@ int main(int argc, char** argv) {
       const zlm::Gpt2Files files = zlm::resolve_gpt2_files(opt.vocab_file, opt.merge_file);
       opt.vocab_file = files.vocab_file;
       opt.merge_file = files.merge_file;
+      if (files.bundled) ZLM_LOG_INF("no --vocab-file/--merge-file given: GPT-2's own, %s and %s", files.vocab_file.c_str(), files.merge_file.c_str());
     }
     return zlm::run_with_stats("preprocess_data", common, [&](zlm::Stats& stats) {
       zlm::preprocess::run(opt, common, stats);

@@ -180,161 +180,195 @@ void validate(const PreprocessOptions& opt, const Tokenizer& tok) {
     throw Error(ErrorKind::Usage, "the directory of --output-prefix '%s' does not exist", opt.output_prefix.c_str());
 }
 
+// "--json-keys text text" would write one .bin/.idx twice; an output must not be an input.
+void check_paths(const PreprocessOptions& opt, const CommonFlags& common, const std::vector<std::string>& files) {
+  std::vector<NamedPath> outputs{{"--stats-out", common.stats_out}}, inputs;
+  for (const auto& key : opt.json_keys) {
+    const std::string name = output_name(opt.output_prefix, key, opt.split_sentences);
+    outputs.push_back({"--json-keys " + key, name + ".bin"});
+    outputs.push_back({"--json-keys " + key, name + ".idx"});
+  }
+  for (const auto& f : files) inputs.push_back({"--input", f});
+  inputs.push_back({"--vocab-file", opt.vocab_file});
+  inputs.push_back({"--merge-file", opt.merge_file});
+  check_distinct_paths(outputs, inputs);
+}
+
+// The total to show progress against: the files' bytes, unless one is
+// compressed or a pipe. Only a regular file is sniffed for compression here:
+// reading the first bytes of a pipe (/dev/stdin, <(xzcat ...)) would take them
+// from the reader.
+uint64_t progress_total_bytes(const std::vector<std::string>& files, const JsonlBatchReader& reader) {
+  for (const auto& f : files) {
+    struct stat st {};
+    if (f == "-" || ::stat(f.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return 0;
+    Compression c;
+    open_byte_source(f, &c);
+    if (c != Compression::None) return 0;
+  }
+  return reader.total_file_bytes();
+}
+
+// The write side of the pipeline: each batch's documents into the partition
+// writers (Megatron's round-robin or sequential partitions), in input order;
+// bad records counted and reported; Megatron's progress line; at the end the
+// partitions merged in order (Megatron L2) and the counters into the stats.
+class DatasetSink {
+ public:
+  DatasetSink(const PreprocessOptions& opt, const CommonFlags& common, const JsonlBatchReader& reader, formats::DType dtype,
+              uint64_t per_partition, Progress& progress)
+      : opt_(opt), common_(common), reader_(reader), dtype_(dtype), P_(static_cast<size_t>(opt.partitions)), K_(opt.json_keys.size()),
+        per_partition_(per_partition), progress_(progress), bad_(opt.max_bad_records), docs_written_(K_, 0), docs_empty_(K_, 0),
+        tokens_out_(K_, 0), next_megatron_log_(opt.log_interval), t_start_(log_elapsed_sec()), last_megatron_log_(t_start_) {
+    writers_.resize(P_);  // writers_[p][k]
+    for (size_t p = 0; p < P_; ++p)
+      for (size_t k = 0; k < K_; ++k)
+        writers_[p].push_back(std::make_unique<MegatronWriter>(output_name(partition_prefix(p), opt.json_keys[k], opt.split_sentences), dtype));
+  }
+
+  void write(BatchResult& r) {
+    for (const auto& b : r.bad_records) {
+      ++bad_by_reason_[b.reason];
+      bad_.add(reader_.file_name(b.file_index) + ":" + std::to_string(b.line_number), b.reason + ": " + b.detail);
+    }
+    std::vector<size_t> seq_pos(K_, 0), tok_pos(K_, 0), doc_pos(K_, 0);
+    uint64_t batch_tokens = 0;
+    for (size_t d = 0; d < r.bad.size(); ++d) {
+      if (r.bad[d]) continue;
+      const size_t p = partition_of(r.first_record + d);
+      for (size_t k = 0; k < K_; ++k) batch_tokens += write_document(r.keys[k], k, p, seq_pos[k], tok_pos[k], doc_pos[k]);
+    }
+    docs_in_ += r.bad.size();
+    bytes_in_ += r.bytes;
+    sentences_ += r.sentences;
+    progress_.add(r.bad.size(), r.bytes, batch_tokens);
+    progress_.maybe_report();
+    megatron_progress_line();
+  }
+
+  void finish() {
+    bad_.fail_if_all_bad(docs_in_, reader_.files().size() == 1 ? reader_.files()[0] : "--input");
+    for (size_t p = 0; p < P_; ++p)
+      for (size_t k = 0; k < K_; ++k) writers_[p][k]->finalize();
+    if (P_ == 1) return;
+    for (size_t k = 0; k < K_; ++k) {
+      MegatronWriter merged(output_name(opt_.output_prefix, opt_.json_keys[k], opt_.split_sentences), dtype_);
+      for (size_t p = 0; p < P_; ++p) merged.add_index(MegatronReader(output_name(partition_prefix(p), opt_.json_keys[k], opt_.split_sentences)));
+      merged.finalize();
+    }
+  }
+
+  void report(Stats& stats, size_t files) const {
+    const double elapsed = log_elapsed_sec() - t_start_;
+    stats.set("files_in", static_cast<uint64_t>(files));
+    stats.set("docs_in", docs_in_);
+    stats.set("bytes_in", bytes_in_);
+    stats.set("docs_bad", bad_.count());
+    for (const auto& [reason, n] : bad_by_reason_) stats.set("docs_bad_" + reason, n);
+    if (reader_.files_with_bom() > 0) stats.set("files_with_bom", reader_.files_with_bom());
+    uint64_t all_tokens = 0;
+    for (size_t k = 0; k < K_; ++k) {
+      const std::string& key = opt_.json_keys[k];
+      stats.set("docs_written_" + key, docs_written_[k]);
+      stats.set("docs_empty_" + key, docs_empty_[k]);
+      stats.set("tokens_" + key, tokens_out_[k]);
+      all_tokens += tokens_out_[k];
+    }
+    if (opt_.split_sentences) stats.set("sentences", sentences_);
+    if (!opt_.vocab_file.empty()) stats.set("vocab_file", opt_.vocab_file);
+    if (!opt_.merge_file.empty()) stats.set("merge_file", opt_.merge_file);
+    stats.set("dtype", formats::dtype_name(static_cast<uint8_t>(dtype_)));
+    stats.set("workers", static_cast<uint64_t>(opt_.workers));
+    stats.set("elapsed_sec", elapsed);
+    stats.set("docs_per_sec", elapsed > 0 ? static_cast<double>(docs_in_) / elapsed : 0.0);
+    stats.set("mb_per_sec", elapsed > 0 ? static_cast<double>(bytes_in_) / elapsed / 1e6 : 0.0);
+    stats.set("tokens_per_sec", elapsed > 0 ? static_cast<double>(all_tokens) / elapsed : 0.0);
+  }
+
+ private:
+  std::string partition_prefix(size_t p) const { return P_ == 1 ? opt_.output_prefix : opt_.output_prefix + "_" + std::to_string(p); }
+  // Megatron's partition of global line j (bad lines included in the count).
+  size_t partition_of(uint64_t j) const { return P_ == 1 ? 0 : (per_partition_ ? std::min<uint64_t>(j / per_partition_, P_ - 1) : j % P_); }
+
+  // Key k of the next document of a batch into partition p; returns its tokens.
+  uint64_t write_document(const KeyOut& ko, size_t k, size_t p, size_t& seq_pos, size_t& tok_pos, size_t& doc_pos) {
+    const uint32_t nseq = ko.doc_seqs[doc_pos++];
+    int64_t ntok = 0;
+    for (uint32_t s = 0; s < nseq; ++s) ntok += ko.seq_lengths[seq_pos + s];
+    if (nseq == 0) {
+      ++docs_empty_[k];
+      if (opt_.keep_empty_documents) writers_[p][k]->end_document();
+      return 0;
+    }
+    writers_[p][k]->add_document(std::span<const int32_t>(ko.tokens.data() + tok_pos, static_cast<size_t>(ntok)),
+                                 std::span<const int64_t>(ko.seq_lengths.data() + seq_pos, nseq));
+    seq_pos += nseq;
+    tok_pos += static_cast<size_t>(ntok);
+    tokens_out_[k] += static_cast<uint64_t>(ntok);
+    ++docs_written_[k];
+    return static_cast<uint64_t>(ntok);
+  }
+
+  // Megatron's progress line, at --log-interval multiples, at most once per --progress-sec.
+  void megatron_progress_line() {
+    if (docs_in_ < next_megatron_log_) return;
+    const double now = log_elapsed_sec();
+    if (now - last_megatron_log_ >= common_.progress_sec && !common_.quiet && !common_.no_progress) {
+      const double elapsed = now - t_start_;
+      ZLM_LOG_INF("Processed %lu documents (%s docs/s, %s MB/s).", (unsigned long)docs_in_,
+                  python_float_repr(static_cast<double>(docs_in_) / elapsed).c_str(),
+                  python_float_repr(static_cast<double>(bytes_in_) / elapsed / 1024 / 1024).c_str());
+      last_megatron_log_ = now;
+    }
+    next_megatron_log_ = (docs_in_ / opt_.log_interval + 1) * opt_.log_interval;
+  }
+
+  const PreprocessOptions& opt_;
+  const CommonFlags& common_;
+  const JsonlBatchReader& reader_;
+  const formats::DType dtype_;
+  const size_t P_, K_;
+  const uint64_t per_partition_;
+  Progress& progress_;
+  BadRecords bad_;
+  std::vector<std::vector<std::unique_ptr<MegatronWriter>>> writers_;
+  std::map<std::string, uint64_t> bad_by_reason_;
+  uint64_t docs_in_ = 0, bytes_in_ = 0, sentences_ = 0;
+  std::vector<uint64_t> docs_written_, docs_empty_, tokens_out_;
+  uint64_t next_megatron_log_;
+  double t_start_, last_megatron_log_;
+};
+
 }  // namespace
 
 void run(const PreprocessOptions& opt, const CommonFlags& common, Stats& stats) {
-  double t_start = log_elapsed_sec();
+  const double t_start = log_elapsed_sec();
   auto tokenizer = make_tokenizer({.type = opt.tokenizer_type, .vocab_file = opt.vocab_file, .merge_file = opt.merge_file,
                                    .null_vocab_size = opt.vocab_size});
   validate(opt, *tokenizer);
-  std::vector<std::string> files = expand_inputs(opt.inputs);
-  {  // "--json-keys text text" would write one .bin/.idx twice
-    std::vector<NamedPath> outputs{{"--stats-out", common.stats_out}}, inputs;
-    for (const auto& key : opt.json_keys) {
-      const std::string name = output_name(opt.output_prefix, key, opt.split_sentences);
-      outputs.push_back({"--json-keys " + key, name + ".bin"});
-      outputs.push_back({"--json-keys " + key, name + ".idx"});
-    }
-    for (const auto& f : files) inputs.push_back({"--input", f});
-    inputs.push_back({"--vocab-file", opt.vocab_file});
-    inputs.push_back({"--merge-file", opt.merge_file});
-    check_distinct_paths(outputs, inputs);
-  }
+  const std::vector<std::string> files = expand_inputs(opt.inputs);
+  check_paths(opt, common, files);
   for (const auto& f : files) ZLM_LOG_INF("Opening %s", f.c_str());
-  uint64_t padded = padded_vocab_size(tokenizer->vocab_size(), opt.make_vocab_size_divisible_by);
+  const uint64_t padded = padded_vocab_size(tokenizer->vocab_size(), opt.make_vocab_size_divisible_by);
   ZLM_LOG_INF("> building %s tokenizer ...", tokenizer->name());
   ZLM_LOG_INF(" > padded vocab (size: %lu) with %lu dummy tokens (new size: %lu)", (unsigned long)tokenizer->vocab_size(),
               (unsigned long)(padded - tokenizer->vocab_size()), (unsigned long)padded);
   ZLM_LOG_INF("Vocab size: %lu", (unsigned long)tokenizer->vocab_size());
   ZLM_LOG_INF("Output prefix: %s", opt.output_prefix.c_str());
-  const formats::DType dtype = formats::best_fitting_dtype(tokenizer->vocab_size());
-  const size_t P = static_cast<size_t>(opt.partitions), K = opt.json_keys.size();
-  uint64_t per_partition = 0;
-  if (P > 1 && opt.keep_sequential_samples) {
-    uint64_t total = count_lines(files);
-    per_partition = std::max<uint64_t>(1, (total + P - 1) / P);
-  }
-  // writers[p][k]
-  std::vector<std::vector<std::unique_ptr<MegatronWriter>>> writers(P);
-  for (size_t p = 0; p < P; ++p)
-    for (size_t k = 0; k < K; ++k) {
-      std::string prefix = P == 1 ? opt.output_prefix : opt.output_prefix + "_" + std::to_string(p);
-      writers[p].push_back(std::make_unique<MegatronWriter>(output_name(prefix, opt.json_keys[k], opt.split_sentences), dtype));
-    }
-  ZLM_LOG_INF("Time to startup: %s", python_float_repr(log_elapsed_sec() - t_start).c_str());
-
+  const size_t P = static_cast<size_t>(opt.partitions);
+  const uint64_t per_partition = P > 1 && opt.keep_sequential_samples ? std::max<uint64_t>(1, (count_lines(files) + P - 1) / P) : 0;
   JsonlBatchReader reader(files);
-  bool compressed_or_stdin = false;
-  for (const auto& f : files) {
-    // Only a regular file is sniffed for compression here: reading the first
-    // bytes of a pipe (/dev/stdin, <(xzcat ...)) would take them from the reader.
-    struct stat st {};
-    if (f == "-" || ::stat(f.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) {
-      compressed_or_stdin = true;
-    } else {
-      Compression c;
-      open_byte_source(f, &c);
-      compressed_or_stdin |= c != Compression::None;
-    }
-  }
-  Progress progress({.label = "docs", .total_bytes = compressed_or_stdin ? 0 : reader.total_file_bytes(),
-                     .interval_sec = common.progress_sec, .enabled = !common.no_progress && !common.quiet,
-                     .extra_label = "tok"});
+  Progress progress({.label = "docs", .total_bytes = progress_total_bytes(files, reader), .interval_sec = common.progress_sec,
+                     .enabled = !common.no_progress && !common.quiet, .extra_label = "tok"});
+  DatasetSink sink(opt, common, reader, formats::best_fitting_dtype(tokenizer->vocab_size()), per_partition, progress);
+  ZLM_LOG_INF("Time to startup: %s", python_float_repr(log_elapsed_sec() - t_start).c_str());
   Encoder encoder(opt, *tokenizer);
-  BadRecords bad(opt.max_bad_records);
-  uint64_t docs_in = 0, bytes_in = 0, sentences = 0, next_megatron_log = opt.log_interval;
-  std::vector<uint64_t> docs_written(K, 0), docs_empty(K, 0), tokens_out(K, 0);
-  std::map<std::string, uint64_t> bad_by_reason;
-  double t_proc = log_elapsed_sec(), last_megatron_log = t_proc;
-
-  auto write = [&](BatchResult& r) {
-    std::vector<size_t> seq_pos(K, 0), tok_pos(K, 0), doc_pos(K, 0);
-    for (const auto& b : r.bad_records) {
-      ++bad_by_reason[b.reason];
-      bad.add(reader.file_name(b.file_index) + ":" + std::to_string(b.line_number), b.reason + ": " + b.detail);
-    }
-    uint64_t batch_tokens = 0;
-    for (size_t d = 0; d < r.bad.size(); ++d) {
-      uint64_t j = r.first_record + d;  // global line number, bad lines included (Megatron's counter)
-      size_t p = P == 1 ? 0 : (per_partition ? std::min<uint64_t>(j / per_partition, P - 1) : j % P);
-      if (r.bad[d]) continue;
-      for (size_t k = 0; k < K; ++k) {
-        KeyOut& ko = r.keys[k];
-        uint32_t nseq = ko.doc_seqs[doc_pos[k]++];
-        int64_t ntok = 0;
-        for (uint32_t s = 0; s < nseq; ++s) ntok += ko.seq_lengths[seq_pos[k] + s];
-        if (nseq == 0) {
-          ++docs_empty[k];
-          if (opt.keep_empty_documents) writers[p][k]->end_document();
-          continue;
-        }
-        writers[p][k]->add_document(std::span<const int32_t>(ko.tokens.data() + tok_pos[k], static_cast<size_t>(ntok)),
-                                    std::span<const int64_t>(ko.seq_lengths.data() + seq_pos[k], nseq));
-        seq_pos[k] += nseq;
-        tok_pos[k] += static_cast<size_t>(ntok);
-        tokens_out[k] += static_cast<uint64_t>(ntok);
-        batch_tokens += static_cast<uint64_t>(ntok);
-        ++docs_written[k];
-      }
-    }
-    docs_in += r.bad.size();
-    bytes_in += r.bytes;
-    sentences += r.sentences;
-    progress.add(r.bad.size(), r.bytes, batch_tokens);
-    progress.maybe_report();
-    // Megatron's progress line, at --log-interval multiples, at most once per --progress-sec.
-    if (docs_in >= next_megatron_log) {
-      double now = log_elapsed_sec();
-      if (now - last_megatron_log >= common.progress_sec && !common.quiet && !common.no_progress) {
-        double elapsed = now - t_proc;
-        ZLM_LOG_INF("Processed %lu documents (%s docs/s, %s MB/s).", (unsigned long)docs_in,
-                    python_float_repr(static_cast<double>(docs_in) / elapsed).c_str(),
-                    python_float_repr(static_cast<double>(bytes_in) / elapsed / 1024 / 1024).c_str());
-        last_megatron_log = now;
-      }
-      next_megatron_log = (docs_in / opt.log_interval + 1) * opt.log_interval;
-    }
-  };
-
   run_ordered_pipeline<LineBatch, BatchResult>(
-      opt.workers, static_cast<size_t>(opt.workers) * 2 + 2, [&](LineBatch& b) { return reader.next_batch(b); },
-      [&](LineBatch& b, BatchResult& r) { encoder.encode(b, r); }, write);
+      opt.workers, [&](LineBatch& b) { return reader.next_batch(b); }, [&](LineBatch& b, BatchResult& r) { encoder.encode(b, r); },
+      [&](BatchResult& r) { sink.write(r); });
   progress.finish();
-
-  // Finalize: partition outputs, then the merge in partition order (Megatron L2).
-  for (size_t p = 0; p < P; ++p)
-    for (size_t k = 0; k < K; ++k) writers[p][k]->finalize();
-  if (P > 1) {
-    for (size_t k = 0; k < K; ++k) {
-      MegatronWriter merged(output_name(opt.output_prefix, opt.json_keys[k], opt.split_sentences), dtype);
-      for (size_t p = 0; p < P; ++p)
-        merged.add_index(MegatronReader(output_name(opt.output_prefix + "_" + std::to_string(p), opt.json_keys[k], opt.split_sentences)));
-      merged.finalize();
-    }
-  }
-  double elapsed = log_elapsed_sec() - t_proc;
-  stats.set("files_in", static_cast<uint64_t>(files.size()));
-  stats.set("docs_in", docs_in);
-  stats.set("bytes_in", bytes_in);
-  stats.set("docs_bad", bad.count());
-  for (const auto& [reason, n] : bad_by_reason) stats.set("docs_bad_" + reason, n);
-  for (size_t k = 0; k < K; ++k) {
-    const std::string& key = opt.json_keys[k];
-    stats.set("docs_written_" + key, docs_written[k]);
-    stats.set("docs_empty_" + key, docs_empty[k]);
-    stats.set("tokens_" + key, tokens_out[k]);
-  }
-  if (opt.split_sentences) stats.set("sentences", sentences);
-  if (!opt.vocab_file.empty()) stats.set("vocab_file", opt.vocab_file);
-  if (!opt.merge_file.empty()) stats.set("merge_file", opt.merge_file);
-  stats.set("dtype", formats::dtype_name(static_cast<uint8_t>(dtype)));
-  stats.set("workers", static_cast<uint64_t>(opt.workers));
-  stats.set("elapsed_sec", elapsed);
-  stats.set("docs_per_sec", elapsed > 0 ? static_cast<double>(docs_in) / elapsed : 0.0);
-  stats.set("mb_per_sec", elapsed > 0 ? static_cast<double>(bytes_in) / elapsed / 1e6 : 0.0);
-  uint64_t all_tokens = 0;
-  for (auto t : tokens_out) all_tokens += t;
-  stats.set("tokens_per_sec", elapsed > 0 ? static_cast<double>(all_tokens) / elapsed : 0.0);
+  sink.finish();
+  sink.report(stats, files.size());
 }
 
 }  // namespace zlm::preprocess

@@ -19,8 +19,10 @@ int main(int argc, char** argv) {
       ->capture_default_str()->check(zlm::whole_number(1, uint64_t{1} << 30));
   zlm::add_common_flags(app, common);
   return zlm::tool_main("shuffle", app, common, argc, argv, [&] {
-    if (opt.output.empty() == output_flag.empty())
-      throw zlm::Error(zlm::ErrorKind::Usage, "give the output once: as the second argument or as -o FILE");
+    if (opt.output.empty() && output_flag.empty())
+      throw zlm::Error(zlm::ErrorKind::Usage, "no output: give it as the second argument or as -o FILE");
+    if (!opt.output.empty() && !output_flag.empty())
+      throw zlm::Error(zlm::ErrorKind::Usage, "the output is given twice ('%s' and -o '%s'): give it once", opt.output.c_str(), output_flag.c_str());
     if (opt.output.empty()) opt.output = output_flag;
     return zlm::run_with_stats("shuffle", common, [&](zlm::Stats& stats) {
       zlm::shuffle::run(opt, common, stats);

@@ -3,6 +3,7 @@
 # sets SRC, BIN, PY, DATA and a fresh work directory W (the current directory, removed on exit),
 # with BIN and the Python environment's bin (python, torchrun) first on PATH, as a user would have them.
 SRC=$1 BIN=$2 PY=$3
+[[ -x $PY ]] || PY=$(command -v python3)  # the data steps need only the standard library (readme_block.py)
 DATA=$SRC/tests/data
 W=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$W"' EXIT

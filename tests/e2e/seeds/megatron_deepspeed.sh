@@ -13,7 +13,8 @@
 # Checks: the dataset is byte-identical to Megatron-DeepSpeed's; the legacy launcher's run trains,
 # saves, and its second invocation (same --save/--load) resumes at the saved iteration with the
 # losses of an uninterrupted run; the TP 4 run applies ds.json (ZeRO-3, CPU offload, fp16, its
-# batch sizes) with one warning about the missing --deepspeed, and saves 4 tensor-parallel parts.
+# batch sizes) with one warning about the missing --deepspeed, and saves 4 tensor-parallel parts;
+# DeepSpeed's own launcher (from .venv) starts build/bin/pretrain_gpt.py on 2 CPU ranks.
 #   megatron_deepspeed.sh SOURCE_DIR BIN_DIR PYTHON
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
@@ -54,4 +55,14 @@ grep -q 'DeepSpeed config ds.json: ZeRO stage 3, CPU offload optimizer, micro ba
 grep -q 'initialized tensor model parallel with size 4' $log || fail "not tensor parallel over 4 ranks"
 for tp in 00 01 02 03; do [[ -f checkpoints/gpt2_tp4/iter_0000006/mp_rank_$tp/model_optim_rng.pt ]] || fail "no part mp_rank_$tp"; done
 [[ $(losses checkpoints/gpt2_tp4/metrics.jsonl | wc -l) == 3 ]] || fail "expected losses at iterations 2, 4, 6"
+
+# The tutorial's own launcher: DeepSpeed's `deepspeed --num_gpus 2 pretrain_gpt.py ...` (from .venv, on
+# its CPU accelerator) starts build/bin/pretrain_gpt.py, which runs the binary; it passes --local_rank=N.
+DS_ACCELERATOR=cpu deepspeed --num_gpus 2 --master_port "$(free_port)" "$BIN/pretrain_gpt.py" --num-layers 2 --hidden-size 64 \
+  --num-attention-heads 4 --seq-length 64 --micro-batch-size 1 --global-batch-size 4 --train-iters 2 --lr 0.00015 \
+  --data-path meg-gpt2_text_document --vocab-file gpt2-vocab.json --merge-file gpt2-merges.txt --eval-iters 1 --log-interval 1 \
+  --save checkpoints/ds_launcher > ds_launcher.log 2>&1 || { tail -n 30 ds_launcher.log; fail "deepspeed's launcher did not run pretrain_gpt.py"; }
+grep -q 'initialized data parallel with size 2' ds_launcher.log && grep -q -- '--local-rank=0 from the launcher' ds_launcher.log ||
+  { tail -n 30 ds_launcher.log; fail "deepspeed's launcher: not 2 ranks, or no --local_rank"; }
+[[ $(losses checkpoints/ds_launcher/metrics.jsonl | wc -l) == 2 ]] || fail "deepspeed's launcher: expected 2 logged iterations"
 echo "megatron-deepspeed: ok"

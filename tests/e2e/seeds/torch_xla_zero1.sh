@@ -67,7 +67,9 @@ refused() {  # refused MESSAGE EDIT [FLAGS...]: bad.json = the config with the p
   local msg=$1 edit=$2
   shift 2
   "$PY" -c "import json; c = json.load(open('config_1p5B_gpt2.json')); $edit; json.dump(c, open('bad.json', 'w'))"
-  if pretrain_gpt "${base[@]}" "$@" > refused.log 2>&1; then fail "accepted: $edit $*"; fi
+  local rc=0
+  pretrain_gpt "${base[@]}" "$@" > refused.log 2>&1 || rc=$?
+  [[ $rc == 2 ]] || { cat refused.log; fail "exit $rc, expected 2 (a usage error) for: $edit $*"; }
   grep -qF -- "$msg" refused.log || { cat refused.log; fail "expected '$msg' for: $edit $*"; }
 }
 refused "bad.json: activation_function: 'gelu': zerolm trains the tanh-approximated GELU" "c['activation_function'] = 'gelu'"

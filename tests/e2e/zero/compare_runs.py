@@ -25,7 +25,7 @@ def losses(run):
 
 
 def join(parts, dim, groups):
-    """The whole tensor from its tensor-parallel parts (see trainer/parallel.h, TpSplit)."""
+    """The whole tensor from its tensor-parallel parts (see trainer/model/tensor_parallel.h, TpSplit)."""
     if dim < 0 or len(parts) == 1:
         return parts[0]
     shape = list(parts[0].shape)

@@ -189,6 +189,6 @@ run dpu_part 2 --zero-stage 2 "${dpu[@]}" --exit-interval 5
 run dpu_part 2 --zero-stage 2 "${dpu[@]}" --load dpu_part --save-interval 5
 $CMP --rtol 0 --atol 0 dpu_z2 dpu_part
 if $BIN/pretrain_gpt "${common[@]}" --delayed-param-update > dpu_refused.log 2>&1; then echo "FAIL: --delayed-param-update without offload ran"; exit 1; fi
-grep -q -- '--delayed-param-update needs --cpu-offload' dpu_refused.log || { cat dpu_refused.log; exit 1; }
+grep -q -- '--delayed-param-update: needs --cpu-offload' dpu_refused.log || { cat dpu_refused.log; exit 1; }
 
 echo "zero ok"

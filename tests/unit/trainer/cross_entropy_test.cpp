@@ -1,4 +1,4 @@
-// The loss of trainer/parallel.h against LibTorch's cross_entropy: fp32 and
+// The loss of trainer/model/tensor_parallel.h against LibTorch's cross_entropy: fp32 and
 // 16-bit logits, one chunk and many (a chunk boundary inside the rows, one row
 // per chunk). Tensor-parallel vocabularies are tested end to end (TP 2 and 4
 // against one process, tests/e2e/parallel).
@@ -6,7 +6,7 @@
 
 #include <gtest/gtest.h>
 
-#include "trainer/parallel.h"
+#include "trainer/model/tensor_parallel.h"
 
 namespace zlm::trainer {
 namespace {

@@ -24,13 +24,15 @@
 #include <gtest/gtest.h>
 
 #include "common/core/error.h"
+#include "common/core/files.h"
 #include "common/core/output_file.h"
-#include "trainer/checkpoint.h"
-#include "trainer/comm.h"
-#include "trainer/dist_env.h"
-#include "trainer/gpt2_model.h"
-#include "trainer/parallel.h"
-#include "trainer/zero.h"
+#include "trainer/checkpoint/checkpoint.h"
+#include "trainer/parallel/comm.h"
+#include "trainer/config/dist_env.h"
+#include "trainer/model/gpt2_model.h"
+#include "trainer/model/tensor_parallel.h"
+#include "trainer/parallel/grid.h"
+#include "trainer/zero/engine.h"
 
 extern char** environ;
 
@@ -72,8 +74,7 @@ constexpr double kLr = 1e-2, kDecay = 0.1, kEps = 1e-4;
 
 ZeroConfig zero_config(int stage, bool offload, torch::ScalarType param_dtype = torch::kFloat, torch::ScalarType grad_dtype = torch::kFloat) {
   ZeroConfig zc;
-  zc.stage = stage;
-  zc.offload_optimizer = offload;
+  zc.plan = zero_plan(static_cast<ZeroStage>(stage), offload);
   zc.param_dtype = param_dtype;
   zc.grad_dtype = grad_dtype;
   zc.weight_decay = kDecay;
@@ -98,7 +99,7 @@ void run_steps(Gpt2& model, ZeroEngine& engine, Comm& comm, int64_t first, int64
 Params train(int stage, bool offload, Comm& comm, int64_t steps, int64_t delayed_after = -1) {
   Gpt2 model(tiny(), ModelPart{}, ParamInit::Deferred);
   ZeroConfig zc = zero_config(stage, offload);
-  zc.delayed_update_after = delayed_after;
+  zc.plan.delayed_update_after = delayed_after;
   ZeroEngine engine(model, comm, zc, torch::Device(torch::kCPU));
   run_steps(model, engine, comm, 0, steps);
   return engine.gather_state().params;
@@ -194,7 +195,7 @@ TEST(ZeroEngine, DelayedUpdateIsAdamWOneUpdateLate) {
   }
   Gpt2 model(tiny(), ModelPart{}, ParamInit::Deferred);
   ZeroConfig zc = zero_config(2, false);
-  zc.delayed_update_after = 0;
+  zc.plan.delayed_update_after = 0;
   EXPECT_THROW(ZeroEngine(model, *comm, zc, torch::Device(torch::kCPU)), Error);
 }
 
@@ -231,7 +232,7 @@ TEST(Checkpoint, SavedWeightsReadBackExactlyAndDamageIsNamed) {
   const TempDir dir("checkpoint");
   RunState st;
   st.iteration = 2;
-  save_checkpoint(dir.path.string(), model, engine, grid, rng, st);
+  save_checkpoint(dir.path.string(), model, engine, grid, rng, st, /*save_number=*/0);
   int64_t iteration = 0;
   Gpt2 loaded = load_model(dir.path.string(), &iteration);
   EXPECT_EQ(iteration, 2);

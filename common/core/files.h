@@ -1,0 +1,25 @@
+// Whole-file helpers: read a file, its size, remove a tree. (Writing goes
+// through OutputFile, common/core/output_file.h, which never leaves a
+// half-written file under the final name.)
+//
+//   std::string text = zlm::read_file("vocab.json");   // zlm::Error(Io) naming the path
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace zlm {
+
+// Removes a file or a directory tree (like `rm -rf`, without following
+// symbolic links); a missing path is not an error. POSIX nftw, not
+// std::filesystem::remove_all: in the trainer that symbol resolves to the copy
+// inside libtorch.so, which crashes on non-empty directories. Throws Error(Io).
+void remove_tree(const std::string& path);
+
+// Reads a whole file; throws Error(Io) naming the path.
+std::string read_file(const std::string& path);
+
+// Size of a file in bytes; throws Error(Io) naming the path.
+uint64_t file_size(const std::string& path);
+
+}  // namespace zlm

@@ -1,0 +1,114 @@
+// convert_gpt --load CKPT --export-hf DIR --vocab-file V [--dump-logits FILE --tokens "1 2 3"]
+// convert_gpt --import-hf DIR --save CKPT                         (then pretrain_gpt --load CKPT)
+// convert_gpt --import-hf DIR --dump-logits FILE --tokens "..."   (check an imported model)
+// Exports the latest checkpoint of a pretrain_gpt run to Hugging Face's GPT2LMHeadModel
+// layout, or reads one (GPT-2's released weights, say) into a checkpoint that
+// pretrain_gpt continues training from; --dump-logits writes the logits (T x V,
+// one row a line) of the given token ids, for comparing with another implementation.
+#include <torch/torch.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <sstream>
+
+#include "common/io/cli.h"
+#include "common/core/error.h"
+#include "common/tokenizer/gpt2_bpe.h"
+#include "common/tokenizer/gpt2_files.h"
+#include "common/core/log.h"
+#include "common/core/output_file.h"
+#include "trainer/checkpoint/hf_export.h"
+#include "trainer/run/torch_errors.h"
+#include "trainer/checkpoint/checkpoint.h"
+
+namespace {
+
+// --tokens: every word an id of the vocabulary, at most the model's positions (nothing cut off silently).
+std::vector<int64_t> parse_token_ids(const std::string& tokens, int64_t vocab, int64_t positions) {
+  std::vector<int64_t> ids;
+  std::istringstream in(tokens);
+  std::string word;
+  while (in >> word) {
+    char* end = nullptr;
+    errno = 0;
+    const long long v = std::strtoll(word.c_str(), &end, 10);
+    if (*end != '\0' || errno == ERANGE || v < 0 || v >= vocab)
+      throw zlm::Error(zlm::ErrorKind::Usage, "--tokens: '%s' (word %zu) is not a token id in [0, %ld)", word.c_str(), ids.size() + 1, (long)vocab);
+    ids.push_back(v);
+  }
+  if (ids.empty()) throw zlm::Error(zlm::ErrorKind::Usage, "--dump-logits needs --tokens");
+  if (static_cast<int64_t>(ids.size()) > positions)
+    throw zlm::Error(zlm::ErrorKind::Usage, "--tokens: %zu ids, the model has %ld positions", ids.size(), (long)positions);
+  return ids;
+}
+
+// The logits (T, Vp) of the ids, one row per position, to `path`. Returns the rows.
+uint64_t dump_logits(zlm::trainer::Gpt2& model, const std::vector<int64_t>& ids, const std::string& path) {
+  torch::NoGradGuard no_grad;
+  auto logits = model->forward(torch::tensor(ids).unsqueeze(0))[0].contiguous();  // (T, Vp)
+  zlm::OutputFile out(path);  // temporary name, renamed when complete; a failed write is an error
+  auto acc = logits.accessor<float, 2>();
+  std::ostringstream row;
+  for (int64_t t = 0; t < logits.size(0); ++t) {
+    row.str("");
+    for (int64_t k = 0; k < logits.size(1); ++k) row << (k ? " " : "") << acc[t][k];
+    row << "\n";
+    out.write(row.str());
+  }
+  out.commit();
+  return static_cast<uint64_t>(logits.size(0));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string load, export_dir, import_dir, save, vocab_file, merge_file, dump, tokens;
+  int64_t divisible_by = 128;
+  zlm::CommonFlags common;
+  CLI::App app{"Convert pretrain_gpt checkpoints to and from Hugging Face's GPT2LMHeadModel (safetensors)."};
+  app.add_option("--load", load, "pretrain_gpt checkpoint directory");
+  app.add_option("--export-hf", export_dir, "Write config.json + model.safetensors here");
+  app.add_option("--import-hf", import_dir, "Read a GPT2LMHeadModel directory (float32 safetensors)");
+  app.add_option("--save", save, "With --import-hf: write the model as iteration 0 of a new pretrain_gpt checkpoint directory");
+  app.add_option("--vocab-file", vocab_file, "GPT-2 vocab.json, the unpadded vocabulary size (default: GPT-2's own)");
+  app.add_option("--merge-file", merge_file, "GPT-2 merges.txt (default: GPT-2's own)");
+  app.add_option("--make-vocab-size-divisible-by", divisible_by, "Padding for --import-hf")->capture_default_str();
+  app.add_option("--dump-logits", dump, "Write the logits of --tokens to FILE");
+  app.add_option("--tokens", tokens, "Space-separated token ids for --dump-logits");
+  zlm::add_common_flags(app, common);
+  return zlm::tool_main("convert_gpt", app, common, argc, argv, [&] { return zlm::trainer::with_torch_errors([&] { return zlm::run_with_stats("convert_gpt", common, [&](zlm::Stats& stats) {
+    if (load.empty() == import_dir.empty()) throw zlm::Error(zlm::ErrorKind::Usage, "give exactly one of --load and --import-hf");
+    if (!save.empty() && import_dir.empty())
+      throw zlm::Error(zlm::ErrorKind::Usage, "--save writes an imported model: it needs --import-hf (a --load checkpoint is one already)");
+    if (export_dir.empty() && dump.empty() && save.empty())
+      throw zlm::Error(zlm::ErrorKind::Usage, "nothing to do: give --export-hf, --dump-logits%s", import_dir.empty() ? "" : " or --save");
+    const std::string source = load.empty() ? import_dir : load;
+    zlm::check_distinct_paths({{"--dump-logits", dump}, {"--stats-out", common.stats_out}},
+                              {{"--vocab-file", vocab_file}, {"--merge-file", merge_file}});
+    int64_t iteration = 0;
+    auto model = !load.empty() ? zlm::trainer::load_model(load, &iteration) : zlm::trainer::import_hf(import_dir, divisible_by);
+    if (!export_dir.empty()) {
+      const zlm::Gpt2Files files = zlm::resolve_gpt2_files(vocab_file, merge_file);  // the unpadded vocabulary
+      if (files.bundled) ZLM_LOG_INF("no --vocab-file/--merge-file given: GPT-2's own, %s", files.vocab_file.c_str());
+      auto bpe = zlm::Gpt2Bpe::load(files.vocab_file, files.merge_file);
+      stats.set("vocab_file", files.vocab_file);
+      const int64_t entries = model->config().vocab_entries;  // 0: a checkpoint that did not record it
+      if (entries > 0 && entries != static_cast<int64_t>(bpe.vocab_size()))
+        throw zlm::Error(zlm::ErrorKind::Usage, "%s has %zu tokens, the model in %s was trained with %ld ---> HINT: give the --vocab-file it "
+                         "was trained with", files.vocab_file.c_str(), bpe.vocab_size(), source.c_str(), (long)entries);
+      zlm::trainer::export_hf(model, static_cast<int64_t>(bpe.vocab_size()), export_dir);
+      ZLM_LOG_INF("exported %s (iteration %ld) to %s", source.c_str(), (long)iteration, export_dir.c_str());
+    }
+    if (!save.empty()) {
+      zlm::trainer::save_model_checkpoint(save, model);
+      ZLM_LOG_INF("saved %s as iteration 0 of %s (Adam starts afresh): pretrain_gpt --load %s continues from it", source.c_str(),
+                  save.c_str(), save.c_str());
+    }
+    if (!dump.empty())
+      stats.set("logit_rows", dump_logits(model, parse_token_ids(tokens, model->config().vocab_size, model->config().max_positions), dump));
+    stats.set("iteration", iteration);
+    stats.set("parameters", static_cast<uint64_t>(model->num_parameters()));
+    return 0;
+  }); }); });
+}

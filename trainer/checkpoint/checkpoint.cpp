@@ -1,0 +1,521 @@
+#include "trainer/checkpoint/checkpoint.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+
+#include "common/core/error.h"
+#include "common/tokenizer/vocab_file.h"
+#include "common/core/log.h"
+#include "common/core/files.h"
+#include "common/core/output_file.h"
+
+namespace zlm::trainer {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kBlockParams[] = {"ln1.weight",       "ln1.bias",      "attn_qkv.weight", "attn_qkv.bias",
+                                        "attn_proj.weight", "attn_proj.bias", "ln2.weight",     "ln2.bias",
+                                        "mlp_fc.weight",    "mlp_fc.bias",    "mlp_proj.weight", "mlp_proj.bias"};
+
+struct Layout {
+  int64_t tp = 1, pp = 1, chunks = 1;
+  bool operator==(const Layout&) const = default;
+};
+
+std::string iter_name(int64_t it) { return strprintf("iter_%07ld", static_cast<long>(it)); }
+
+std::string shard_name(const Layout& lay, int64_t tp_rank, int64_t pp_rank) {
+  return lay.pp > 1 ? strprintf("mp_rank_%02ld_%03ld", (long)tp_rank, (long)pp_rank) : strprintf("mp_rank_%02ld", (long)tp_rank);
+}
+
+// The whole model's names of the parameters stage `stage` holds.
+std::vector<std::string> stage_names(int64_t layers, const Layout& lay, int64_t stage) {
+  std::vector<std::string> names;
+  if (stage == 0 || stage == lay.pp - 1) names.emplace_back("wte.weight");
+  if (stage == 0) names.emplace_back("wpe.weight");
+  for (const auto& chunk : stage_layers(layers, static_cast<int>(lay.pp), static_cast<int>(lay.chunks), static_cast<int>(stage)))
+    for (int64_t l : chunk)
+      for (const char* p : kBlockParams) names.push_back("blocks." + std::to_string(l) + "." + p);
+  if (stage == lay.pp - 1) {
+    names.emplace_back("ln_f.weight");
+    names.emplace_back("ln_f.bias");
+  }
+  return names;
+}
+
+// Tensors by dotted name ("blocks.0.ln1.weight") into nested archives, the
+// layout torch::nn::Module::save writes, so Module::load and torch.jit.load read it.
+void write_nested(torch::serialize::OutputArchive& ar, const std::map<std::string, torch::Tensor>& m) {
+  std::map<std::string, std::map<std::string, torch::Tensor>> children;
+  for (const auto& [k, v] : m) {
+    auto dot = k.find('.');
+    if (dot == std::string::npos) ar.write(k, v);
+    else children[k.substr(0, dot)][k.substr(dot + 1)] = v;
+  }
+  for (const auto& [c, sub] : children) {
+    torch::serialize::OutputArchive child;
+    write_nested(child, sub);
+    ar.write(c, child);
+  }
+}
+
+void read_nested(torch::serialize::InputArchive& ar, const std::vector<std::string>& names, const std::string& prefix,
+                 std::map<std::string, torch::Tensor>& out) {
+  std::map<std::string, std::vector<std::string>> children;
+  for (const auto& n : names) {
+    auto dot = n.find('.');
+    if (dot == std::string::npos) {
+      torch::Tensor t;
+      ar.read(n, t);
+      out[prefix + n] = t;
+    } else {
+      children[n.substr(0, dot)].push_back(n.substr(dot + 1));
+    }
+  }
+  for (const auto& [c, sub] : children) {
+    torch::serialize::InputArchive child;
+    ar.read(c, child);
+    read_nested(child, sub, prefix + c + ".", out);
+  }
+}
+
+// A 64-bit checksum of a tensor's bytes (8 bytes per multiply; any damaged
+// byte changes it), recorded for every tensor at save and verified at load:
+// torch's archive reader does not check the zip CRCs.
+torch::Tensor checksum(const torch::Tensor& t) {
+  const torch::Tensor c = t.contiguous().cpu();
+  const auto* p = static_cast<const unsigned char*>(c.data_ptr());
+  const size_t n = static_cast<size_t>(c.numel()) * c.element_size();
+  uint64_t h = 0x9E3779B97F4A7C15ULL ^ n;
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    uint64_t w;
+    std::memcpy(&w, p + i, 8);
+    h = (h ^ w) * 0x100000001B3ULL;
+    h ^= h >> 29;
+  }
+  for (; i < n; ++i) h = (h ^ p[i]) * 0x100000001B3ULL;
+  return torch::tensor(static_cast<int64_t>(h));
+}
+
+torch::Tensor read_tensor(torch::serialize::InputArchive& ar, const char* key) {  // a fresh tensor: read() resizes a defined one
+  torch::Tensor t;
+  ar.read(key, t);
+  return t;
+}
+
+struct ShardFile {
+  std::map<std::string, torch::Tensor> params, exp_avg, exp_avg_sq;
+  torch::Tensor rng_cpu, rng_tracker, rng_device;
+};
+
+// One checkpoint directory, its files read as they are needed.
+class CheckpointReader {
+ public:
+  explicit CheckpointReader(const std::string& dir) : dir_(dir) {
+    fs::path tracker = fs::path(dir) / "latest_checkpointed_iteration.txt";
+    if (!fs::exists(tracker)) throw Error(ErrorKind::Usage, "%s: no checkpoint (missing %s)", dir.c_str(), tracker.string().c_str());
+    std::string text = read_file(tracker.string());
+    char* end = nullptr;
+    errno = 0;
+    long it = std::strtol(text.c_str(), &end, 10);
+    while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back()))) text.pop_back();
+    if (text.size() > 40) text = text.substr(0, 40) + "...";
+    if (text.empty() || (end && *end != '\0' && *end != '\n') || it < 0 || errno == ERANGE)
+      throw Error(ErrorKind::Format, "%s: '%s' is not an iteration number", tracker.string().c_str(), text.c_str());
+    iteration = it;
+    iter_dir_ = fs::path(dir) / iter_name(it);
+    if (!fs::is_directory(iter_dir_))
+      throw Error(ErrorKind::Format, "%s names iteration %ld, but %s does not exist ---> HINT: write the number of a saved iteration into it",
+                  tracker.string().c_str(), it, iter_dir_.string().c_str());
+    // The first file says the layout (files from before model parallelism have none: one part).
+    fs::path first = iter_dir_ / "mp_rank_00" / "model_optim_rng.pt";
+    if (!fs::exists(first)) first = iter_dir_ / "mp_rank_00_000" / "model_optim_rng.pt";
+    guarded(first, [&] {
+      torch::serialize::InputArchive ar;
+      ar.load_from(first.string());
+      auto cfg = read_tensor(ar, "config");
+      auto v = cfg.accessor<int64_t, 1>();
+      config = Gpt2Config{.vocab_size = v[0], .max_positions = v[1], .num_layers = v[2], .hidden = v[3], .heads = v[4],
+                          .hidden_dropout = 0, .attention_dropout = 0};
+      torch::Tensor entries;  // absent from checkpoints saved before it was written
+      if (ar.try_read("vocab_entries", entries)) config.vocab_entries = entries.item<int64_t>();
+      torch::Tensor par;
+      if (ar.try_read("parallel", par)) layout = Layout{par[0].item<int64_t>(), par[1].item<int64_t>(), par[2].item<int64_t>()};
+      torch::serialize::InputArchive opt;
+      ar.read("optimizer", opt);
+      step = read_tensor(opt, "step").item<int64_t>();
+      consumed_train = read_tensor(ar, "consumed_train_samples").item<int64_t>();
+      consumed_valid = read_tensor(ar, "consumed_valid_samples").item<int64_t>();
+      torch::Tensor w;
+      if (ar.try_read("world_size", w)) saved_world = w.item<int64_t>();
+      files_[{0, 0}] = read_shard(ar, first.string(), 0);  // the same archive: not read again
+    });
+  }
+
+  // A parameter's whole tensor (kind 0 weights, 1 exp_avg, 2 exp_avg_sq), its tensor-parallel parts joined.
+  torch::Tensor full(const std::string& name, int kind) {
+    const int64_t stage = stage_of(name);
+    std::vector<torch::Tensor> parts;
+    for (int64_t t = 0; t < layout.tp; ++t) {
+      ShardFile& f = file(t, stage);
+      auto& m = kind == 0 ? f.params : kind == 1 ? f.exp_avg : f.exp_avg_sq;
+      auto it = m.find(name);
+      if (it == m.end()) throw Error(ErrorKind::Format, "%s: no %s in %s", dir_.c_str(), name.c_str(), path(t, stage).c_str());
+      parts.push_back(it->second);
+    }
+    return tp_concat(parts, Gpt2Impl::tp_split(name));
+  }
+
+  ShardFile& file(int64_t t, int64_t p) {
+    auto& slot = files_[{t, p}];
+    if (slot) return *slot;
+    const std::string file_path = path(t, p);
+    guarded(file_path, [&] {
+      torch::serialize::InputArchive ar;
+      ar.load_from(file_path);
+      slot = read_shard(ar, file_path, p);
+    });
+    return *slot;
+  }
+
+  // The tensors of stage p's file, their checksums verified, and its RNG states.
+  std::unique_ptr<ShardFile> read_shard(torch::serialize::InputArchive& ar, const std::string& file_path, int64_t p) {
+    auto shard = std::make_unique<ShardFile>();
+    torch::serialize::InputArchive model, opt, m, v;
+    const auto names = stage_names(config.num_layers, layout, p);
+    ar.read("model", model);
+    read_nested(model, names, "", shard->params);
+    ar.read("optimizer", opt);
+    opt.read("exp_avg", m);
+    opt.read("exp_avg_sq", v);
+    read_nested(m, names, "", shard->exp_avg);
+    read_nested(v, names, "", shard->exp_avg_sq);
+    torch::serialize::InputArchive sums;
+    if (ar.try_read("checksum", sums)) {  // checkpoints from before checksums have none
+      std::vector<std::string> keys;
+      for (const auto& n : names)
+        for (const char* kind : {"model.", "exp_avg.", "exp_avg_sq."}) keys.push_back(kind + n);
+      std::map<std::string, torch::Tensor> want;
+      read_nested(sums, keys, "", want);
+      for (const auto& [key, expected] : want) {
+        const std::string name = key.substr(key.find('.') + 1);
+        const auto& map = key.rfind("model.", 0) == 0 ? shard->params : key.rfind("exp_avg_sq.", 0) == 0 ? shard->exp_avg_sq : shard->exp_avg;
+        if (checksum(map.at(name)).item<int64_t>() != expected.item<int64_t>())
+          throw Error(ErrorKind::Format, "%s: tensor %s is damaged (its checksum differs from the one saved with it) ---> HINT: "
+                      "resume from an earlier iteration (edit latest_checkpointed_iteration.txt) or re-copy the file",
+                      file_path.c_str(), key.c_str());
+      }
+    }
+    if (torch::Tensor c; ar.try_read("rng_cpu", c)) shard->rng_cpu = c;  // absent from converted models: the run's --seed starts the streams
+    torch::Tensor t;
+    if (ar.try_read("rng_tracker", t)) shard->rng_tracker = t;
+    torch::Tensor d;
+    if (ar.try_read("rng_device", d)) shard->rng_device = d;
+    return shard;
+  }
+
+  std::string path(int64_t t, int64_t p) const { return (iter_dir_ / shard_name(layout, t, p) / "model_optim_rng.pt").string(); }
+
+  Gpt2Config config;
+  Layout layout;
+  int64_t iteration = 0, step = 0, consumed_train = 0, consumed_valid = 0, saved_world = 0;
+
+ private:
+  int64_t stage_of(const std::string& name) const {
+    if (name == "wte.weight" || name == "wpe.weight") return 0;
+    if (name.rfind("ln_f.", 0) == 0) return layout.pp - 1;
+    const int64_t layer = std::stol(name.substr(7, name.find('.', 7) - 7));
+    const int64_t n = config.num_layers / (layout.pp * layout.chunks);
+    return (layer / n) % layout.pp;
+  }
+  template <class F>
+  void guarded(const fs::path& p, F&& f) {
+    try {
+      f();
+    } catch (const c10::Error& e) {
+      throw Error(ErrorKind::Format, "%s: cannot load the checkpoint (%s) ---> HINT: it is damaged or from another model shape",
+                  p.string().c_str(), e.what_without_backtrace());
+    }
+  }
+
+  std::string dir_;
+  fs::path iter_dir_;
+  std::map<std::pair<int64_t, int64_t>, std::unique_ptr<ShardFile>> files_;
+};
+
+// The embedding rows of a checkpoint saved with another padded vocabulary:
+// trimmed, or padded with the last row (weights) or zeros (Adam moments).
+torch::Tensor fit_vocab(const torch::Tensor& t, int64_t rows, bool weights) {
+  if (t.size(0) == rows) return t;
+  if (t.size(0) > rows) return t.narrow(0, 0, rows);
+  auto pad = weights ? t.narrow(0, t.size(0) - 1, 1).expand({rows - t.size(0), t.size(1)}) : torch::zeros({rows - t.size(0), t.size(1)});
+  return torch::cat({t, pad});
+}
+
+// Resuming resizes only the padding: the rows of tokens must be the same
+// vocabulary's, or the run would make up rows (a larger vocabulary) or drop
+// trained ones (a smaller). Checkpoints from before the count was saved: their
+// rows must be what this vocabulary pads to in the layout they were saved with.
+void check_vocabulary(const CheckpointReader& r, const Gpt2Config& run, int64_t divisible_by) {
+  const Gpt2Config& saved = r.config;
+  const int64_t entries = run.vocab_entries;
+  const int64_t saved_entries = saved.vocab_entries;
+  if (entries <= 0) return;  // a model built without a vocabulary file (tests)
+  const bool same = saved_entries > 0 ? saved_entries == entries
+                    : saved.vocab_size == static_cast<int64_t>(padded_vocab_size(static_cast<uint64_t>(entries), static_cast<uint64_t>(divisible_by),
+                                                                                  static_cast<uint64_t>(r.layout.tp)));
+  if (same) return;
+  const std::string theirs = saved_entries > 0 ? strprintf("a vocabulary of %ld tokens", (long)saved_entries)
+                                               : strprintf("%ld embedding rows, which no padding of %ld tokens gives", (long)saved.vocab_size, (long)entries);
+  throw Error(ErrorKind::Usage, "%s: the checkpoint was trained with %s; this run's vocabulary has %ld: resuming would %s ---> HINT: give "
+              "the --vocab-file the checkpoint was trained with", r.path(0, 0).c_str(), theirs.c_str(), (long)entries,
+              saved_entries == 0          ? "drop trained embedding rows or add untrained ones"
+              : saved_entries > entries   ? "drop trained embedding rows"
+                                          : "add embedding rows that were never trained");
+}
+
+}  // namespace
+
+namespace {
+
+// The archive of this rank's part: weights and Adam moments under the whole
+// model's names, how each is split over TP ranks, their checksums, the
+// counters, the model shape, the layout and the RNG states.
+torch::serialize::OutputArchive part_archive(Gpt2& model, const ZeroEngine::FullState& full, int64_t tp_rank, int64_t pp_rank,
+                                             const Layout& lay, const RngTracker& rng, const RunState& st, int world) {
+  std::map<std::string, torch::Tensor> params, m, v, partition, sums;
+  for (const auto& [local, t] : full.params) {
+    const std::string g = model->global_name(local);
+    params[g] = t;
+    m[g] = full.exp_avg.at(local);
+    v[g] = full.exp_avg_sq.at(local);
+    const TpSplit s = Gpt2Impl::tp_split(local);
+    partition[g] = torch::tensor({static_cast<int64_t>(s.dim), static_cast<int64_t>(s.groups)});
+    sums["model." + g] = checksum(t);
+    sums["exp_avg." + g] = checksum(m.at(g));
+    sums["exp_avg_sq." + g] = checksum(v.at(g));
+  }
+  torch::serialize::OutputArchive archive, model_ar, opt_ar, m_ar, v_ar, part_ar, sum_ar;
+  write_nested(model_ar, params);
+  write_nested(m_ar, m);
+  write_nested(v_ar, v);
+  write_nested(part_ar, partition);
+  write_nested(sum_ar, sums);
+  archive.write("checksum", sum_ar);
+  opt_ar.write("exp_avg", m_ar);
+  opt_ar.write("exp_avg_sq", v_ar);
+  opt_ar.write("step", torch::tensor(full.step));
+  archive.write("model", model_ar);
+  archive.write("optimizer", opt_ar);
+  archive.write("partition", part_ar);
+  archive.write("iteration", torch::tensor(st.iteration));
+  archive.write("consumed_train_samples", torch::tensor(st.consumed_train));
+  archive.write("consumed_valid_samples", torch::tensor(st.consumed_valid));
+  archive.write("checkpoint_version", torch::tensor(3.0));
+  archive.write("world_size", torch::tensor(static_cast<int64_t>(world)));
+  const Gpt2Config& c = model->config();
+  archive.write("config", torch::tensor({c.vocab_size, c.max_positions, c.num_layers, c.hidden, c.heads}));
+  if (c.vocab_entries > 0) archive.write("vocab_entries", torch::tensor(c.vocab_entries));
+  archive.write("parallel", torch::tensor({lay.tp, lay.pp, lay.chunks, tp_rank, pp_rank}));
+  if (rng.state().defined()) {  // a run's streams (a converted model has none)
+    archive.write("rng_cpu", at::globalContext().defaultGenerator(torch::kCPU).get_state());
+    archive.write("rng_tracker", rng.state());
+  }
+  if (!rng.device().is_cpu()) archive.write("rng_device", swap_rng_state(rng.device(), torch::Tensor()));
+  return archive;
+}
+
+// Through our own writer: LibTorch's file writer, on a failed write (disk
+// full), throws from its destructor while the first error unwinds, which
+// aborts the process. Here a failed write is remembered, the archive's
+// remaining bytes are dropped, and the error is reported after it returns.
+void write_archive(torch::serialize::OutputArchive& archive, const fs::path& file) {
+  std::string failure;
+  {
+    OutputFile out(file.string());
+    try {
+      archive.save_to([&](const void* data, size_t n) -> size_t {
+        if (failure.empty()) {
+          try {
+            out.write(data, n);
+          } catch (const Error& e) {
+            failure = e.what();
+          }
+        }
+        return n;
+      });
+      if (failure.empty()) out.commit();
+    } catch (const Error& e) {
+      failure = e.what();
+    } catch (const c10::Error& e) {
+      failure = e.what_without_backtrace();
+    }
+  }
+  if (!failure.empty()) throw Error(ErrorKind::Io, "cannot write the checkpoint (the previous one is kept): %s", failure.c_str());
+}
+
+// A save that fails on any rank (disk full, a rank lost) leaves no temporary
+// behind: whichever rank sees the failure removes it, and the tracker still
+// points at the previous complete checkpoint.
+struct RemoveOnFailure {
+  fs::path path;
+  bool armed = true;
+  ~RemoveOnFailure() {
+    if (!armed) return;
+    try {
+      remove_tree(path.string());
+    } catch (const std::exception& e) {
+      ZLM_LOG_WRN("cannot remove the unfinished checkpoint %s: %s", path.c_str(), e.what());
+    }
+  }
+};
+
+// Rank 0: the complete directory under its final name first, then the
+// tracker, so that a crash never leaves the tracker pointing at a partial
+// checkpoint; the same iteration saved again replaces its old copy only once
+// the new one is in place.
+void publish_checkpoint(const std::string& dir, const fs::path& tmp_dir, int64_t iteration) {
+  const fs::path final_dir = fs::path(dir) / iter_name(iteration);
+  const fs::path old = fs::path(dir) / (iter_name(iteration) + ".old." + std::to_string(::getpid()));
+  const bool replacing = fs::exists(final_dir);
+  if (replacing) fs::rename(final_dir, old);
+  fs::rename(tmp_dir, final_dir);
+  write_file_atomic((fs::path(dir) / "latest_checkpointed_iteration.txt").string(), std::to_string(iteration));
+  if (replacing) remove_tree(old.string());
+}
+
+}  // namespace
+
+void save_checkpoint(const std::string& dir, Gpt2& model, ZeroEngine& engine, ProcessGrid& grid, const RngTracker& rng,
+                     const RunState& st, int save_number) {
+  ZeroEngine::FullState full = engine.gather_state();  // on data-parallel rank 0
+  Comm& world = grid.world();
+  // The temporary directory's name comes from rank 0 (a key of its own for every save of the run).
+  const std::string tmp_name = world.exchange("checkpoint_" + std::to_string(save_number),
+                                              iter_name(st.iteration) + ".tmp." + std::to_string(::getpid()))[0];
+  const fs::path tmp_dir = fs::path(dir) / tmp_name;
+  RemoveOnFailure cleanup{tmp_dir};
+  if (world.rank() == 0) {
+    fs::create_directories(dir);
+    remove_tree(tmp_dir.string());
+    fs::create_directories(tmp_dir);
+    ZLM_LOG_INF("saving checkpoint at iteration %7ld to %s", (long)st.iteration, dir.c_str());
+  }
+  world.barrier();
+  if (grid.dp_rank() == 0) {
+    const Layout lay{grid.tp_size(), grid.pp_size(), static_cast<int64_t>(model->num_chunks())};
+    const fs::path file = tmp_dir / shard_name(lay, grid.tp_rank(), grid.pp_rank()) / "model_optim_rng.pt";
+    fs::create_directories(file.parent_path());
+    torch::serialize::OutputArchive archive = part_archive(model, full, grid.tp_rank(), grid.pp_rank(), lay, rng, st, world.world());
+    write_archive(archive, file);
+  }
+  world.barrier();
+  if (world.rank() != 0) cleanup.armed = false;  // every part is written: rank 0 finishes
+  if (world.rank() == 0) {
+    publish_checkpoint(dir, tmp_dir, st.iteration);
+    cleanup.armed = false;
+    ZLM_LOG_INF("  successfully saved checkpoint at iteration %7ld to %s", (long)st.iteration, dir.c_str());
+  }
+  world.barrier();
+  cleanup.armed = false;
+}
+
+void save_model_checkpoint(const std::string& dir, Gpt2& model) {
+  const fs::path final_dir = fs::path(dir) / iter_name(0);
+  if (fs::exists(fs::path(dir) / "latest_checkpointed_iteration.txt"))
+    throw Error(ErrorKind::Usage, "--save %s already holds a checkpoint (%s): a converted model starts a new directory", dir.c_str(),
+                (fs::path(dir) / "latest_checkpointed_iteration.txt").c_str());
+  ZeroEngine::FullState full;
+  for (const auto& item : model->named_parameters()) {
+    torch::Tensor w = item.value().detach().to(torch::kFloat).contiguous();
+    full.params[item.key()] = w;
+    full.exp_avg[item.key()] = torch::zeros_like(w);  // Adam starts afresh, as from initial weights
+    full.exp_avg_sq[item.key()] = torch::zeros_like(w);
+  }
+  full.step = 0;
+  const Layout lay{1, 1, static_cast<int64_t>(model->num_chunks())};
+  const fs::path tmp_dir = fs::path(dir) / (iter_name(0) + ".tmp." + std::to_string(::getpid()));
+  RemoveOnFailure cleanup{tmp_dir};
+  const fs::path file = tmp_dir / shard_name(lay, 0, 0) / "model_optim_rng.pt";
+  fs::create_directories(file.parent_path());
+  torch::serialize::OutputArchive archive = part_archive(model, full, 0, 0, lay, RngTracker{}, RunState{}, 1);
+  write_archive(archive, file);
+  publish_checkpoint(dir, tmp_dir, 0);
+  cleanup.armed = false;
+}
+
+bool load_checkpoint(const TrainArgs& a, Gpt2& model, ZeroEngine& engine, ProcessGrid& grid, RngTracker& rng, RunState& st) {
+  fs::path tracker = fs::path(a.load) / "latest_checkpointed_iteration.txt";
+  if (!fs::exists(tracker)) {
+    // Megatron starts from scratch here, which the tutorial's "--save X --load X"
+    // relies on for its first run; a --load elsewhere means resuming a run
+    // that is not there, which is an error.
+    std::error_code ec;
+    if (a.save.empty() || !(a.load == a.save || fs::equivalent(a.load, a.save, ec)))
+      throw Error(ErrorKind::Usage, "--load %s: no checkpoint there (missing %s)", a.load.c_str(), tracker.string().c_str());
+    ZLM_LOG_WRN("WARNING: could not find the metadata file %s; will not load any checkpoints and will start from random",
+                tracker.string().c_str());
+    return false;
+  }
+  CheckpointReader r(a.load);
+  const Gpt2Config& c = model->config();
+  const Gpt2Config& s = r.config;
+  if (s.num_layers != c.num_layers || s.hidden != c.hidden || s.heads != c.heads)
+    throw Error(ErrorKind::Usage, "%s: checkpoint of a model with %ld layers, hidden %ld, %ld heads, vocab %ld; this run has %ld, %ld, %ld, %ld",
+                r.path(0, 0).c_str(), (long)s.num_layers, (long)s.hidden, (long)s.heads, (long)s.vocab_size, (long)c.num_layers,
+                (long)c.hidden, (long)c.heads, (long)c.vocab_size);
+  check_vocabulary(r, c, a.make_vocab_size_divisible_by);
+  if (s.vocab_size != c.vocab_size && grid.world().rank() == 0)
+    ZLM_LOG_WRN("WARNING: the checkpoint's padded vocabulary has %ld rows, this run's %ld (another --tensor-model-parallel-size or "
+                "--make-vocab-size-divisible-by); padding rows %s, every token's row kept", (long)s.vocab_size, (long)c.vocab_size,
+                s.vocab_size > c.vocab_size ? "dropped" : "added (copies of the last row)");
+  ZeroEngine::FullState full;
+  for (const auto& item : model->named_parameters()) {
+    const std::string& local = item.key();
+    const std::string g = model->global_name(local);
+    const TpSplit split = Gpt2Impl::tp_split(local);
+    std::map<std::string, torch::Tensor>* dest[3] = {&full.params, &full.exp_avg, &full.exp_avg_sq};
+    for (int kind = 0; kind < 3; ++kind) {
+      torch::Tensor t = r.full(g, kind);
+      if (g == "wte.weight") t = fit_vocab(t, c.vocab_size, kind == 0);
+      (*dest[kind])[local] = tp_slice(t, split, grid.tp_size(), grid.tp_rank());
+    }
+  }
+  full.step = r.step;
+  engine.load_state(full);
+  st.iteration = r.iteration;
+  st.consumed_train = r.consumed_train;
+  st.consumed_valid = r.consumed_valid;
+  // The RNG streams continue where they were when the layout is the same.
+  const Layout now{grid.tp_size(), grid.pp_size(), static_cast<int64_t>(model->num_chunks())};
+  if (r.layout == now) {
+    ShardFile& f = r.file(grid.tp_rank(), grid.pp_rank());
+    if (f.rng_cpu.defined()) swap_rng_state(torch::Device(torch::kCPU), f.rng_cpu);
+    if (f.rng_tracker.defined() && rng.state().defined()) rng.set_state(f.rng_tracker);
+    if (f.rng_device.defined() && !rng.device().is_cpu()) swap_rng_state(rng.device(), f.rng_device);
+  } else if (grid.world().rank() == 0) {
+    ZLM_LOG_INF(" > checkpoint saved with tensor-parallel %ld x pipeline %ld (x %ld chunks); dropout streams start from the seed",
+                (long)r.layout.tp, (long)r.layout.pp, (long)r.layout.chunks);
+  }
+  ZLM_LOG_INF(" loading checkpoint from %s at iteration %ld (saved by %ld ranks)", a.load.c_str(), (long)r.iteration, (long)r.saved_world);
+  return true;
+}
+
+Gpt2 load_model(const std::string& dir, int64_t* iteration) {
+  CheckpointReader r(dir);
+  *iteration = r.iteration;
+  Gpt2 model(r.config, ModelPart{}, ParamInit::Empty);  // every parameter is read below
+  torch::NoGradGuard no_grad;
+  for (auto& item : model->named_parameters()) item.value().copy_(r.full(item.key(), 0));
+  model->eval();
+  return model;
+}
+
+}  // namespace zlm::trainer

@@ -1,0 +1,177 @@
+#include "trainer/zero/optimizer.h"
+
+#include <algorithm>
+
+#include "common/core/error.h"
+
+namespace zlm::trainer {
+
+ShardOptimizer::ShardOptimizer(ZeroState& state, Comm& comm, const CopyStream& d2h) : state_(state), comm_(comm), d2h_(d2h) {}
+
+ShardOptimizer::~ShardOptimizer() {
+  if (pending_.valid()) pending_.wait();
+  CopyStream::wait(up_done_);
+}
+
+// AdamW over one bucket's owned range with `grad` (multiplied by mult, in
+// fp32, first), split at decay_end (weights decayed, the rest not) and cut
+// before the padding; CPU offload steps it in chunks. With `publish` each
+// updated chunk goes to the parameters at once (cast on the host and copied
+// up asynchronously while the next chunk is computed); without (a delayed
+// update) only into the 16-bit staging buffer, and publish() copies it.
+void ShardOptimizer::adamw(Bucket& k, const torch::Tensor& grad, double mult, double lr, const torch::Tensor& steps, bool publish) {
+  torch::NoGradGuard no_grad;
+  const ZeroConfig& cfg = state_.cfg;
+  torch::Tensor own = k.owned_params();
+  const bool scale = grad.scalar_type() != torch::kFloat || mult != 1.0;
+  const int64_t lo = k.own_begin, hi = std::min(k.own_begin + k.own_len, k.numel);
+  const int64_t pieces[3] = {lo, std::clamp(k.decay_end, lo, std::max(lo, hi)), std::max(lo, hi)};
+  for (int p = 0; p < 2; ++p) {
+    const double wd = p == 0 ? cfg.weight_decay : 0.0;
+    const int64_t chunk = cfg.plan.offload_optimizer ? cfg.offload_chunk : INT64_MAX;
+    for (int64_t a = pieces[p], n = 0; a < pieces[p + 1]; a += n) {
+      n = std::min(chunk, pieces[p + 1] - a);
+      const int64_t off = a - k.own_begin;
+      torch::Tensor g = grad.narrow(0, off, n);
+      if (scale) g = g.to(torch::kFloat).mul_(mult);  // unscaled and clipped in fp32, one pass per chunk
+      at::_fused_adamw_({k.master.narrow(0, off, n)}, {g}, {k.exp_avg.narrow(0, off, n)}, {k.exp_avg_sq.narrow(0, off, n)}, {}, {steps}, lr,
+                        cfg.beta1, cfg.beta2, wd, cfg.eps, false, false);
+      if (k.master_is_param) continue;
+      if (k.host_param.defined()) {  // cast on the host, 16 bits up
+        torch::Tensor staged = k.host_param.narrow(0, off, n);
+        staged.copy_(k.master.narrow(0, off, n));
+        if (publish) own.narrow(0, off, n).copy_(staged, /*non_blocking=*/true);
+      } else if (publish) {
+        own.narrow(0, off, n).copy_(k.master.narrow(0, off, n), /*non_blocking=*/state_.pin);
+      }
+    }
+  }
+}
+
+// The updated parameters of the owned ranges to where they are used (from
+// the 16-bit staging buffers or the master weights), then all-gathered.
+void ShardOptimizer::publish(bool copy) {
+  torch::NoGradGuard no_grad;
+  if (copy)
+    for (auto& k : state_.buckets)
+      if (!k.master_is_param) k.owned_params().copy_(k.host_param.defined() ? k.host_param : k.master, /*non_blocking=*/state_.pin);
+  if (state_.cfg.plan.shard_optimizer && comm_.world() > 1)  // one rank owns everything already
+    for (auto& k : state_.buckets)
+      if (!k.sharded_params && k.padded > 0) comm_.all_gather(k.flat_param, k.flat_param.narrow(0, k.own_begin, k.own_len).clone());
+}
+
+void ShardOptimizer::step(double lr, double mult) {
+  torch::NoGradGuard no_grad;
+  sync();
+  ++step_;
+  auto steps = torch::full({}, static_cast<float>(step_), torch::TensorOptions().dtype(torch::kFloat).device(state_.opt_device));
+  CopyStream::wait(up_done_);  // last step's copies up are done before the master weights change
+  if (state_.cfg.delayed() && step_ > state_.cfg.plan.delayed_update_after) {
+    // This step's gradients, unscaled and clipped, into fp32 buffers of their
+    // own; AdamW runs in the background until the next step() or sync().
+    for (auto& k : state_.buckets) {
+      k.host_grad.copy_(k.grad_shard);
+      if (mult != 1.0) k.host_grad.mul_(mult);
+    }
+    pending_ = std::async(std::launch::async, [this, lr, steps] {
+      for (auto& k : state_.buckets) adamw(k, k.host_grad, 1.0, lr, steps, /*publish=*/false);
+    });
+    return;
+  }
+  // Offload of unsharded gradients: the reduced gradients are on their way to
+  // host memory since their reduction (those of a bucket of its own go now);
+  // each bucket's AdamW waits for its own copy only, then runs chunk by chunk
+  // on the CPU. The gradients are multiplied per chunk (in place when fp32).
+  for (auto& k : state_.buckets)
+    if (k.host_grad.defined() && !k.early_d2h) d2h_.copy(k.host_grad, k.grad_shard, k.d2h_done);
+  for (auto& k : state_.buckets) {
+    CopyStream::wait(k.d2h_done);
+    adamw(k, k.host_grad.defined() ? k.host_grad : k.grad_shard, mult, lr, steps, /*publish=*/true);
+  }
+  // The master weights and staging buffers are not written again before the
+  // next step waits for up_done, so the asynchronous copies up may still run.
+  if (state_.pin) d2h_.mark(up_done_);
+  publish(/*copy=*/false);
+}
+
+void ShardOptimizer::sync() {
+  if (!pending_.valid()) return;
+  pending_.get();  // an error of the background step is raised here
+  publish(/*copy=*/true);
+  if (state_.pin) {  // the next update writes what the copies read
+    d2h_.mark(up_done_);
+    CopyStream::wait(up_done_);
+  }
+}
+
+double ShardOptimizer::sum_counted(const std::function<torch::Tensor(const Bucket&)>& of,
+                                   const std::function<torch::Tensor(const torch::Tensor&)>& f, bool zero_padding_neutral) {
+  torch::NoGradGuard no_grad;
+  auto sum = torch::zeros({1}, torch::TensorOptions().dtype(torch::kDouble).device(state_.device));
+  for (const auto& k : state_.buckets) {
+    const torch::Tensor t = of(k);
+    if (zero_padding_neutral && k.all_in_norm()) {
+      sum += f(t).to(torch::kDouble).to(state_.device);
+      continue;
+    }
+    for (const auto& s : k.slots) {  // the part of each counted parameter in the owned range
+      const auto [lo, hi] = k.owned_part(s);
+      if (s.in_norm && hi > lo) sum += f(t.narrow(0, lo - k.own_begin, hi - lo)).to(torch::kDouble).to(state_.device);
+    }
+  }
+  if (state_.cfg.plan.shard_optimizer) comm_.all_reduce_sum(sum);  // replicated: every rank already holds everything
+  return sum.item<double>();
+}
+
+ZeroFullState ShardOptimizer::gather_state() {
+  sync();
+  torch::NoGradGuard no_grad;
+  ZeroFullState s;
+  s.step = step_;
+  auto full_of = [&](const Bucket& k, const torch::Tensor& own) {
+    if (!state_.cfg.plan.shard_optimizer || k.padded == 0) return own.to(torch::kCPU);
+    auto full = torch::empty({k.padded}, torch::TensorOptions().dtype(torch::kFloat).device(state_.device));
+    comm_.all_gather(full, own.to(state_.device).contiguous());
+    return full.to(torch::kCPU);
+  };
+  for (const auto& k : state_.buckets) {
+    torch::Tensor p = full_of(k, k.master), m = full_of(k, k.exp_avg), v = full_of(k, k.exp_avg_sq);
+    if (comm_.rank() != 0) continue;
+    for (size_t i = 0; i < k.slots.size(); ++i) {
+      const std::string& name = k.slots[i].name;
+      s.params[name] = k.view(p, i).clone();
+      s.exp_avg[name] = k.view(m, i).clone();
+      s.exp_avg_sq[name] = k.view(v, i).clone();
+    }
+  }
+  return s;
+}
+
+void ShardOptimizer::load_state(const ZeroFullState& s) {
+  sync();
+  torch::NoGradGuard no_grad;
+  step_ = s.step;
+  auto flat_of = [](const Bucket& k, const std::map<std::string, torch::Tensor>& m, const char* what) {
+    auto full = torch::zeros({k.padded}, torch::kFloat);
+    for (const auto& sl : k.slots) {
+      auto it = m.find(sl.name);
+      if (it == m.end()) throw Error(ErrorKind::Format, "checkpoint has no %s for parameter %s", what, sl.name.c_str());
+      if (it->second.numel() != sl.numel)
+        throw Error(ErrorKind::Format, "checkpoint %s of %s has %ld elements, the model %ld", what, sl.name.c_str(),
+                    (long)it->second.numel(), (long)sl.numel);
+      full.narrow(0, sl.offset, sl.numel).copy_(it->second.reshape({-1}));
+    }
+    return full;
+  };
+  for (auto& k : state_.buckets) {
+    auto p = flat_of(k, s.params, "weights");
+    auto own = [&](const torch::Tensor& full) { return full.narrow(0, k.own_begin, k.own_len); };
+    if (k.sharded_params) k.param_shard.copy_(own(p));
+    else k.flat_param.copy_(p);
+    if (!k.master_is_param) k.master.copy_(own(p));
+    k.exp_avg.copy_(own(flat_of(k, s.exp_avg, "exp_avg")));
+    k.exp_avg_sq.copy_(own(flat_of(k, s.exp_avg_sq, "exp_avg_sq")));
+  }
+}
+
+}  // namespace zlm::trainer
