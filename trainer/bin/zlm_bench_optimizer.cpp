@@ -17,6 +17,7 @@
 //   zlm_bench_optimizer --layers 12 --hidden 1024 --iters 5 [--offload] [--device cuda] [--dump DIR]
 #include <torch/torch.h>
 
+#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -27,7 +28,6 @@
 #include "common/core/error.h"
 #include "common/core/json_writer.h"
 #include "common/core/output_file.h"
-#include "common/io/cli.h"
 #include "trainer/parallel/comm.h"
 #include "trainer/run/device_memory.h"
 #include "trainer/config/dist_env.h"
@@ -139,21 +139,79 @@ int run(const Options& o) {
   return 0;
 }
 
+// Flags by hand (no CLI11: the binary builds in the trainer-alone configuration,
+// as on the GPU machine, which has no CLI11): --name VALUE or --name=VALUE.
+constexpr const char* kUsage =
+    "usage: zlm_bench_optimizer [--layers N] [--hidden N] [--heads N] [--vocab N] [--iters N] [--offload] [--device cpu|cuda] "
+    "[--dump DIR]\n"
+    "Seconds per optimizer step of the ZeRO engine (stage 1) for a GPT-2 of the given shape; one JSON line on stdout.\n"
+    "  --layers N    transformer layers (12)\n"
+    "  --hidden N    hidden size (1024)\n"
+    "  --heads N     attention heads (16)\n"
+    "  --vocab N     vocabulary rows (50304)\n"
+    "  --iters N     timed steps, after one warm-up step (5)\n"
+    "  --offload     master weights and Adam moments in CPU memory, AdamW on the CPU\n"
+    "  --device D    cpu or cuda (cpu)\n"
+    "  --dump DIR    one step on autograd's gradients, written to DIR for baseline_optimizer.py instead of timing\n";
+
+// False for --help.
+bool parse_flags(int argc, char** argv, Options& o) {
+  for (int i = 1; i < argc; ++i) {
+    std::string flag = argv[i], value;
+    const size_t eq = flag.find('=');
+    const bool inline_value = eq != std::string::npos;
+    if (inline_value) {
+      value = flag.substr(eq + 1);
+      flag.resize(eq);
+    }
+    auto take = [&]() -> std::string {
+      if (inline_value) return value;
+      if (i + 1 >= argc) throw zlm::Error(zlm::ErrorKind::Usage, "%s needs a value", flag.c_str());
+      return argv[++i];
+    };
+    auto count = [&](int64_t& out) {
+      const std::string v = take();
+      int64_t n = 0;
+      const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
+      if (ec != std::errc() || end != v.data() + v.size() || n < 1 || n > (int64_t{1} << 40))
+        throw zlm::Error(zlm::ErrorKind::Usage, "%s: '%s' is not a whole number from 1 to 2^40", flag.c_str(), v.c_str());
+      out = n;
+    };
+    if (flag == "--help" || flag == "-h") return false;
+    if (flag == "--layers") count(o.layers);
+    else if (flag == "--hidden") count(o.hidden);
+    else if (flag == "--heads") count(o.heads);
+    else if (flag == "--vocab") count(o.vocab);
+    else if (flag == "--iters") count(o.iters);
+    else if (flag == "--offload" && !inline_value) o.offload = true;
+    else if (flag == "--dump") o.dump_dir = take();
+    else if (flag == "--device") {
+      o.device_name = take();
+      if (o.device_name != "cpu" && o.device_name != "cuda")
+        throw zlm::Error(zlm::ErrorKind::Usage, "--device: '%s' is not cpu or cuda", o.device_name.c_str());
+    } else {
+      throw zlm::Error(zlm::ErrorKind::Usage, "unknown flag %s (see --help)", argv[i]);
+    }
+  }
+  return true;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  zlm::trainer::enable_huge_pages_for_cpu_tensors();  // as pretrain_gpt does
-  Options o;
-  CLI::App app{"Seconds per optimizer step of the ZeRO engine (stage 1) for a GPT-2 of the given shape; one JSON line on stdout"};
-  const auto count = zlm::whole_number(1, uint64_t{1} << 40);
-  app.add_option("--layers", o.layers, "transformer layers")->check(count);
-  app.add_option("--hidden", o.hidden, "hidden size")->check(count);
-  app.add_option("--heads", o.heads, "attention heads")->check(count);
-  app.add_option("--vocab", o.vocab, "vocabulary rows")->check(count);
-  app.add_option("--iters", o.iters, "timed steps (after one warm-up step)")->check(count);
-  app.add_flag("--offload", o.offload, "master weights and Adam moments in CPU memory, AdamW on the CPU");
-  app.add_option("--device", o.device_name, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
-  app.add_option("--dump", o.dump_dir, "one step on autograd's gradients, written to DIR for baseline_optimizer.py instead of timing");
-  zlm::CommonFlags common;
-  return zlm::tool_main("zlm_bench_optimizer", app, common, argc, argv, [&] { return run(o); });
+  try {
+    Options o;
+    if (!parse_flags(argc, argv, o)) {
+      std::fputs(kUsage, stdout);
+      return 0;
+    }
+    zlm::trainer::enable_huge_pages_for_cpu_tensors();  // as pretrain_gpt does
+    return run(o);
+  } catch (const zlm::Error& e) {
+    std::fprintf(stderr, "zlm_bench_optimizer: %s\n", e.what());
+    return zlm::exit_code(e.kind());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "zlm_bench_optimizer: %s\n", e.what());
+    return 1;
+  }
 }

@@ -103,27 +103,32 @@ torch::Tensor Gpt2BlockImpl::compute(const torch::Tensor& x) {
   const TensorParallel& tp = *tp_;
   const bool sp = tp.sp();
   // Replicated parameters used on sequence chunks get different gradients on
-  // each TP rank: their sum is what the whole sequence gives (Megatron
-  // all-reduces them after backward; here the graph does it).
-  auto shared = [&](const torch::Tensor& p) { return sp ? copy_to_tp(p, tp) : p; };
-  auto norm = [&](LayerParams& ln, const torch::Tensor& in) {
-    return at::layer_norm(in, {in.size(-1)}, shared(ln->weight), shared(ln->bias), 1e-5);
-  };
+  // each TP rank (tp_partial_grad): the ZeRO engine sums them over TP once
+  // before their reduction, as Megatron does after backward.
+  auto norm = [&](LayerParams& ln, const torch::Tensor& in) { return at::layer_norm(in, {in.size(-1)}, ln->weight, ln->bias, 1e-5); };
   auto enter = [&](const torch::Tensor& h) { return sp ? gather_from_sp(h, tp) : copy_to_tp(h, tp); };    // into a split region
   auto leave = [&](const torch::Tensor& h) { return sp ? reduce_scatter_to_sp(h, tp) : reduce_from_tp(h, tp); };  // out of it
 
-  auto qkv = F::linear(enter(norm(ln1, x)), attn_qkv->weight, attn_qkv->bias);  // (B, T, 3 * heads * hs), [q | k | v] by head
+  // at::linear, not the C++ frontend's F::linear (which is matmul + add above 2-D): ATen folds (B, T, C)
+  // into one GEMM that adds the bias (addmm; cuBLASLt's bias epilogue, the bias gradient with the weight's).
+  auto qkv = at::linear(enter(norm(ln1, x)), attn_qkv->weight, attn_qkv->bias);  // (B, T, 3 * heads * hs), [q | k | v] by head
   const int64_t B = qkv.size(0), T = qkv.size(1), hs = qkv.size(2) / (3 * heads_);
-  qkv = qkv.view({B, T, 3, heads_, hs}).permute({2, 0, 3, 1, 4});  // (3, B, nh, T, hs)
+  // unbind, not qkv[0..2]: each select's backward would zero-fill a qkv-sized gradient and add the three.
+  const std::vector<torch::Tensor> q_k_v = qkv.view({B, T, 3, heads_, hs}).permute({2, 0, 3, 1, 4}).unbind(0);  // 3 x (B, nh, T, hs)
   const double p_att = is_training() ? attention_dropout_ : 0.0;
-  auto attend = [&] { return at::scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], {}, p_att, /*is_causal=*/true); };
+  auto attend = [&] { return at::scaled_dot_product_attention(q_k_v[0], q_k_v[1], q_k_v[2], {}, p_att, /*is_causal=*/true); };
   // Attention dropout acts on this rank's heads: Megatron draws it from the tracker.
   auto att = p_att > 0 && tp.rng ? tp.rng->fork(attend) : attend();  // (B, nh, T, hs)
   auto y = att.transpose(1, 2).contiguous().view({B, T, heads_ * hs});
-  auto o = leave(torch::matmul(y, attn_proj->weight.t())) + shared(attn_proj->bias);
+  // A row-parallel layer: its bias is added once, after the partial products are summed over TP; on one
+  // rank, by the GEMM.
+  auto row_parallel = [&](const torch::Tensor& in, LayerParams& p) {
+    return tp.active() ? leave(torch::matmul(in, p->weight.t())) + p->bias : at::linear(in, p->weight, p->bias);
+  };
+  auto o = row_parallel(y, attn_proj);
   auto h = x + drop(o, hidden_dropout_, is_training());
-  auto f = F::gelu(F::linear(enter(norm(ln2, h)), mlp_fc->weight, mlp_fc->bias), F::GELUFuncOptions().approximate("tanh"));
-  auto m = leave(torch::matmul(f, mlp_proj->weight.t())) + shared(mlp_proj->bias);
+  auto f = F::gelu(at::linear(enter(norm(ln2, h)), mlp_fc->weight, mlp_fc->bias), F::GELUFuncOptions().approximate("tanh"));
+  auto m = row_parallel(f, mlp_proj);
   return h + drop(m, hidden_dropout_, is_training());
 }
 
@@ -157,13 +162,16 @@ void gpt2_embed_backward(const torch::Tensor& grad, const torch::Tensor& idx, to
 torch::Tensor gpt2_head(const torch::Tensor& x, const torch::Tensor& wte, const torch::Tensor& ln_weight, const torch::Tensor& ln_bias,
                         const TensorParallel& tp) {
   const bool sp = tp.sp();
-  auto h = at::layer_norm(x, {x.size(-1)}, sp ? copy_to_tp(ln_weight, tp) : ln_weight, sp ? copy_to_tp(ln_bias, tp) : ln_bias, 1e-5);
+  auto h = at::layer_norm(x, {x.size(-1)}, ln_weight, ln_bias, 1e-5);  // sequence parallel: a partial gradient (tp_partial_grad)
   h = sp ? gather_from_sp(h, tp) : copy_to_tp(h, tp);
   return torch::matmul(h, wte.t());
 }
 
 torch::Tensor gpt2_lm_loss(const torch::Tensor& logits, const torch::Tensor& labels, const TensorParallel& tp) {
-  return vocab_parallel_cross_entropy(logits.reshape({-1, logits.size(-1)}), labels.reshape({-1}), tp).mean();
+  // The logits die with the loss (the callers keep none), so the fused loss writes its gradient over them.
+  CeOptions o;
+  o.logits_dead = true;
+  return vocab_parallel_cross_entropy(logits.reshape({-1, logits.size(-1)}), labels.reshape({-1}), tp, o).mean();
 }
 
 Gpt2Impl::Gpt2Impl(const Gpt2Config& c, ModelPart part, ParamInit init) : config_(c), part_(std::move(part)), init_(init) {
@@ -211,6 +219,12 @@ std::string Gpt2Impl::global_name(const std::string& local) const {
 bool Gpt2Impl::counts_in_grad_norm(const std::string& local) const {
   if (local == "wte.weight" && !part_.pre) return false;  // the last stage's copy of the tied embedding
   return tp_split(local).dim >= 0 || part_.tp.rank == 0;
+}
+
+bool Gpt2Impl::tp_partial_grad(const std::string& local) const {
+  if (!part_.tp.sp() || tp_split(local).dim >= 0) return false;
+  return local.rfind("ln_f.", 0) == 0 || local.find(".ln") != std::string::npos || local.ends_with("attn_proj.bias") ||
+         local.ends_with("mlp_proj.bias");
 }
 
 // Every parameter from a generator of its own, drawn whole and cut for this rank.

@@ -163,6 +163,11 @@ class Gpt2Impl : public torch::nn::Module {
   // rank: split ones always, replicated ones on TP rank 0, the last stage's
   // copy of the tied embedding never (Megatron's rules).
   bool counts_in_grad_norm(const std::string& local) const;
+  // Whether a parameter's gradient on this rank is a partial sum over the TP
+  // ranks: with sequence parallelism, the replicated parameters used on each
+  // rank's own tokens (LayerNorms, the row-parallel layers' biases). The ZeRO
+  // engine sums them over TP once before reducing them (ZeroConfig::tp_partial).
+  bool tp_partial_grad(const std::string& local) const;
 
   // When set, block l runs as block_fn(l, x) instead of blocks[l](x) (ZeRO-3
   // gathers the block's parameters around it; see trainer/zero/engine.h).

@@ -1,9 +1,17 @@
 #include "trainer/model/tensor_parallel.h"
 
+#include <limits>
 #include <mutex>
 
 #include "common/core/error.h"
 #include "trainer/model/autograd_handle.h"
+
+#ifdef ZLM_HAVE_CUDA_KERNELS
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+
+#include "trainer/model/fused_ce.h"
+#endif
 
 namespace zlm::trainer {
 
@@ -41,40 +49,48 @@ using torch::autograd::tensor_list;
 
 Comm& comm_of(AutogradContext* ctx) { return *from_autograd_handle<Comm>(ctx->saved_data["comm"]); }
 
-torch::Tensor all_reduced(const torch::Tensor& x, Comm& c) {
-  auto y = x.contiguous().clone();
-  c.all_reduce_sum(y);
-  return y;
+// Sums x over the TP ranks in place (Megatron's _reduce): x is a fresh product
+// of this rank's GEMM or the gradient of one, which nothing else reads.
+torch::Tensor all_reduced(torch::Tensor x, Comm& c) {
+  if (!x.is_contiguous()) x = x.contiguous();
+  c.all_reduce_sum(x);
+  return x;
 }
 
-// (B, t, ...) on each rank -> (B, n * t, ...), rank r's part at [r * t, (r + 1) * t).
+// The sequence-parallel split: a (B, T, ...) tensor's B * T tokens, taken in
+// memory order, are cut into TP equal runs and rank r holds run r, viewed as
+// (B, T / TP, ...). Everything computed on the split (LayerNorm, dropout, the
+// residual adds, biases) is token by token, so any fixed cut is as good as
+// Megatron's cut along the sequence of its [s, b, h] layout, and this one makes
+// every gather and reduce-scatter a plain concatenation: no transposes.
+std::vector<int64_t> split_sizes(const torch::Tensor& x, int64_t n, bool gathered) {
+  std::vector<int64_t> sizes = x.sizes().vec();
+  sizes[1] = gathered ? sizes[1] * n : sizes[1] / n;
+  return sizes;
+}
+
+// (B, t, ...) on each rank -> (B, n * t, ...), rank r's run of tokens at [r * B * t, (r + 1) * B * t).
 torch::Tensor all_gather_seq(const torch::Tensor& x, Comm& c) {
   const int64_t n = c.world();
   auto in = x.contiguous();
   auto full = torch::empty({n * in.numel()}, in.options());
   c.all_gather(full, in.view({-1}));
-  std::vector<int64_t> shape{n};
-  shape.insert(shape.end(), in.sizes().begin(), in.sizes().end());
-  std::vector<int64_t> out = in.sizes().vec();
-  out[1] *= n;
-  return full.view(shape).transpose(0, 1).reshape(out);
+  return full.view(split_sizes(in, n, true));
 }
 
-// (B, T, ...) -> (B, T / n, ...): rank r gets the sum over ranks of rows [r * T/n, (r + 1) * T/n).
+// (B, T, ...) -> (B, T / n, ...): rank r gets the sum over ranks of its run of tokens.
 torch::Tensor reduce_scatter_seq(const torch::Tensor& x, Comm& c) {
   const int64_t n = c.world();
-  std::vector<int64_t> sizes = x.sizes().vec(), split{sizes[0], n, sizes[1] / n};
-  split.insert(split.end(), sizes.begin() + 2, sizes.end());
-  auto in = x.reshape(split).transpose(0, 1).contiguous().view({-1});
-  auto out = torch::empty({in.numel() / n}, x.options());
-  c.reduce_scatter_sum(out, in);
-  sizes[1] /= n;
-  return out.view(sizes);
+  auto in = x.contiguous();
+  auto out = torch::empty({in.numel() / n}, in.options());
+  c.reduce_scatter_sum(out, in.view({-1}));
+  return out.view(split_sizes(in, n, false));
 }
 
 torch::Tensor own_chunk(const torch::Tensor& x, int64_t n, int64_t rank) {
-  const int64_t t = x.size(1) / n;
-  return x.narrow(1, rank * t, t).contiguous();
+  auto in = x.contiguous();
+  const int64_t run = in.numel() / n;
+  return in.view({-1}).narrow(0, rank * run, run).view(split_sizes(in, n, false));
 }
 
 struct CopyToTp : torch::autograd::Function<CopyToTp> {
@@ -87,6 +103,8 @@ struct CopyToTp : torch::autograd::Function<CopyToTp> {
 
 struct ReduceFromTp : torch::autograd::Function<ReduceFromTp> {
   static torch::Tensor forward(AutogradContext* ctx, torch::Tensor x, Comm* comm) {
+    if (!x.is_contiguous()) return all_reduced(x, *comm);
+    ctx->mark_dirty({x});
     return all_reduced(x, *comm);
   }
   static tensor_list backward(AutogradContext*, tensor_list g) { return {g[0], torch::Tensor()}; }
@@ -161,6 +179,137 @@ struct VocabParallelCE : torch::autograd::Function<VocabParallelCE> {
   }
 };
 
+
+// ---- the fused loss (tensor_parallel.h) ----
+
+// Per row: the maximum, the sum of exp(logit - maximum), and the target logit (0 out of range).
+struct RowStats {
+  torch::Tensor max, sum, target;
+};
+
+// The ATen twin of the kernels: row chunks as the chunked path, and within a
+// row chunk a running (max, sum) over column chunks, rescaled as the maximum grows.
+RowStats row_stats_twin(const torch::Tensor& logits, const torch::Tensor& local, const torch::Tensor& in_range, int64_t chunk_rows,
+                        int64_t chunk_cols) {
+  const int64_t N = logits.size(0), V = logits.size(1);
+  auto f32 = logits.options().dtype(torch::kFloat);
+  RowStats r{torch::full({N}, -std::numeric_limits<float>::infinity(), f32), torch::zeros({N}, f32), torch::Tensor()};
+  for_chunks(N, chunk_rows, [&](int64_t a, int64_t n) {
+    auto m = r.max.narrow(0, a, n), s = r.sum.narrow(0, a, n);
+    for_chunks(V, chunk_cols, [&](int64_t c, int64_t k) {
+      auto x = logits.narrow(0, a, n).narrow(1, c, k).to(torch::kFloat);
+      auto cm = std::get<0>(x.max(-1));
+      auto cs = (x - cm.unsqueeze(-1)).exp_().sum(-1);
+      auto nm = torch::maximum(m, cm);
+      s.mul_((m - nm).exp_()).add_(cs.mul_((cm - nm).exp_()));
+      m.copy_(nm);
+    });
+  });
+  r.target = logits.gather(-1, local.unsqueeze(-1)).squeeze(-1).to(torch::kFloat).masked_fill(in_range.logical_not(), 0);
+  return r;
+}
+
+void grad_twin(const torch::Tensor& logits, torch::Tensor& grad, const torch::Tensor& local, const torch::Tensor& in_range,
+               const torch::Tensor& lse, const torch::Tensor& dloss, int64_t chunk_rows) {
+  const auto minus_one = in_range.to(torch::kFloat).neg_().unsqueeze(-1);
+  for_chunks(logits.size(0), chunk_rows, [&](int64_t a, int64_t n) {
+    auto p = (logits.narrow(0, a, n).to(torch::kFloat) - lse.narrow(0, a, n).unsqueeze(-1)).exp_();
+    p.scatter_add_(-1, local.narrow(0, a, n).unsqueeze(-1), minus_one.narrow(0, a, n));
+    grad.narrow(0, a, n).copy_(p.mul_(dloss.narrow(0, a, n).unsqueeze(-1)));
+  });
+}
+
+#ifdef ZLM_HAVE_CUDA_KERNELS
+cuda::CeDtype ce_dtype(const torch::Tensor& t) {
+  switch (t.scalar_type()) {
+    case torch::kFloat: return cuda::CeDtype::F32;
+    case torch::kBFloat16: return cuda::CeDtype::BF16;
+    case torch::kHalf: return cuda::CeDtype::F16;
+    default: throw Error(ErrorKind::Internal, "the fused loss takes fp32, bf16 or fp16 logits, not %s", c10::toString(t.scalar_type()));
+  }
+}
+
+void check_kernel(const char* err, const char* what) {
+  if (err) throw Error(ErrorKind::Internal, "the fused loss's %s kernel failed: %s", what, err);
+}
+
+RowStats row_stats_kernel(const torch::Tensor& logits, const torch::Tensor& local, const torch::Tensor& in_range) {
+  const c10::cuda::CUDAGuard guard(logits.device());
+  const int64_t N = logits.size(0);
+  auto f32 = logits.options().dtype(torch::kFloat);
+  RowStats r{torch::empty({N}, f32), torch::empty({N}, f32), torch::empty({N}, f32)};
+  check_kernel(cuda::ce_row_stats(logits.data_ptr(), ce_dtype(logits), N, logits.size(1), logits.stride(0), local.data_ptr<int64_t>(),
+                                  in_range.data_ptr<bool>(), r.max.data_ptr<float>(), r.sum.data_ptr<float>(), r.target.data_ptr<float>(),
+                                  c10::cuda::getCurrentCUDAStream(logits.device().index()).stream()),
+               "statistics");
+  return r;
+}
+
+void grad_kernel(const torch::Tensor& logits, torch::Tensor& grad, const torch::Tensor& local, const torch::Tensor& in_range,
+                 const torch::Tensor& lse, const torch::Tensor& dloss) {
+  const c10::cuda::CUDAGuard guard(logits.device());
+  check_kernel(cuda::ce_grad(logits.data_ptr(), grad.data_ptr(), ce_dtype(logits), logits.size(0), logits.size(1), logits.stride(0),
+                             grad.stride(0), local.data_ptr<int64_t>(), in_range.data_ptr<bool>(), lse.data_ptr<float>(),
+                             dloss.data_ptr<float>(), c10::cuda::getCurrentCUDAStream(logits.device().index()).stream()),
+               "gradient");
+}
+#endif
+
+struct FusedSettings {
+  int64_t chunk_rows = 0, chunk_cols = 0;
+  bool kernel = false, in_place = false;
+};
+
+RowStats row_stats(const torch::Tensor& logits, const torch::Tensor& local, const torch::Tensor& in_range, const FusedSettings& f) {
+#ifdef ZLM_HAVE_CUDA_KERNELS
+  if (f.kernel) return row_stats_kernel(logits, local, in_range);
+#endif
+  return row_stats_twin(logits, local, in_range, f.chunk_rows, f.chunk_cols);
+}
+
+// Megatron's vocab-parallel cross-entropy with the fused passes: each rank's
+// (max, sum) pairs, rescaled to the all-reduced maximum, are summed with the
+// target logits in one all-reduce (two in all, as the chunked path).
+struct FusedVocabParallelCE : torch::autograd::Function<FusedVocabParallelCE> {
+  static torch::Tensor forward(AutogradContext* ctx, torch::Tensor logits, torch::Tensor target, Comm* c, int64_t rank, FusedSettings f) {
+    if (logits.stride(-1) != 1) logits = logits.contiguous();
+    const int64_t N = logits.size(0), V = logits.size(-1), lo = rank * V;
+    const auto in_range = ((target >= lo).logical_and(target < lo + V)).contiguous();
+    const auto local = (target - lo).masked_fill(in_range.logical_not(), 0).contiguous();
+    RowStats st = row_stats(logits, local, in_range, f);
+    torch::Tensor mx = st.max;
+    auto pred_sum = torch::empty({2, N}, st.sum.options());
+    if (c) {
+      mx = st.max.clone();
+      c->all_reduce_max(mx);
+      pred_sum[1].copy_(st.sum * (st.max - mx).exp_());
+    } else {
+      pred_sum[1].copy_(st.sum);
+    }
+    pred_sum[0].copy_((st.target - mx).masked_fill_(in_range.logical_not(), 0));
+    if (c) c->all_reduce_sum(pred_sum);
+    auto log_sum = pred_sum[1].log();
+    ctx->save_for_backward({logits, local, in_range, mx + log_sum});
+    ctx->saved_data["chunk_rows"] = f.chunk_rows;
+    ctx->saved_data["kernel"] = f.kernel;
+    ctx->saved_data["in_place"] = f.in_place;
+    return log_sum - pred_sum[0];
+  }
+  static tensor_list backward(AutogradContext* ctx, tensor_list g) {
+    auto saved = ctx->get_saved_variables();
+    const torch::Tensor &logits = saved[0], &local = saved[1], &in_range = saved[2], &lse = saved[3];
+    const auto dloss = g[0].to(torch::kFloat).contiguous();
+    torch::Tensor grad = ctx->saved_data["in_place"].toBool() ? logits : torch::empty_like(logits);
+#ifdef ZLM_HAVE_CUDA_KERNELS
+    if (ctx->saved_data["kernel"].toBool()) {
+      grad_kernel(logits, grad, local, in_range, lse, dloss);
+      return {grad, torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
+    }
+#endif
+    grad_twin(logits, grad, local, in_range, lse, dloss, ctx->saved_data["chunk_rows"].toInt());
+    return {grad, torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
+  }
+};
 }  // namespace
 
 torch::Tensor copy_to_tp(const torch::Tensor& x, const TensorParallel& tp) { return tp.active() ? CopyToTp::apply(x, tp.comm) : x; }
@@ -171,10 +320,26 @@ torch::Tensor reduce_scatter_to_sp(const torch::Tensor& x, const TensorParallel&
   return tp.sp() ? ReduceScatterToSp::apply(x, tp.comm) : x;
 }
 
+bool fused_ce_kernel_built() {
+#ifdef ZLM_HAVE_CUDA_KERNELS
+  return true;
+#else
+  return false;
+#endif
+}
+
 torch::Tensor vocab_parallel_cross_entropy(const torch::Tensor& logits, const torch::Tensor& targets, const TensorParallel& tp,
-                                           int64_t chunk_rows) {
-  if (chunk_rows <= 0) chunk_rows = std::max<int64_t>(1, (int64_t{8} << 20) / std::max<int64_t>(1, logits.size(-1)));
-  return VocabParallelCE::apply(logits, targets, tp.active() ? tp.comm : nullptr, tp.active() ? static_cast<int64_t>(tp.rank) : 0, chunk_rows);
+                                           const CeOptions& o) {
+  const int64_t V = std::max<int64_t>(1, logits.size(-1));
+  const int64_t rows = o.chunk_rows > 0 ? o.chunk_rows : std::max<int64_t>(1, (int64_t{8} << 20) / V);
+  Comm* comm = tp.active() ? tp.comm : nullptr;
+  const int64_t rank = tp.active() ? static_cast<int64_t>(tp.rank) : 0;
+  const bool kernel = logits.is_cuda() && fused_ce_kernel_built();
+  const CeImpl impl = o.impl != CeImpl::Auto ? o.impl : kernel ? CeImpl::Fused : CeImpl::Chunked;
+  if (impl == CeImpl::Chunked) return VocabParallelCE::apply(logits, targets, comm, rank, rows);
+  // Writing over the logits needs a tensor of the graph (never a leaf the caller owns).
+  const FusedSettings f{rows, o.chunk_cols > 0 ? o.chunk_cols : 4096, kernel, o.logits_dead && !logits.is_leaf()};
+  return FusedVocabParallelCE::apply(logits, targets, comm, rank, f);
 }
 
 torch::Tensor tp_slice(const torch::Tensor& full, TpSplit split, int size, int rank) {

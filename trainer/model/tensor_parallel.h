@@ -60,9 +60,12 @@ struct TensorParallel {
 };
 
 // Megatron's mappings (f, g and the sequence-parallel ones); tensors are (B, T, ...), the sequence is dim 1.
+// A sequence-parallel rank holds a run of B * T / TP tokens in memory order (rank r the r-th), viewed as
+// (B, T / TP, ...): the cut that makes every gather and reduce-scatter a plain concatenation. The
+// all-reduces work in place on their input (forward) or gradient (backward), as Megatron's do.
 torch::Tensor copy_to_tp(const torch::Tensor& x, const TensorParallel& tp);          // identity; backward all-reduce
 torch::Tensor reduce_from_tp(const torch::Tensor& x, const TensorParallel& tp);      // all-reduce; backward identity
-torch::Tensor scatter_to_sp(const torch::Tensor& x, const TensorParallel& tp);       // own sequence chunk; backward all-gather
+torch::Tensor scatter_to_sp(const torch::Tensor& x, const TensorParallel& tp);       // own run of tokens; backward all-gather
 torch::Tensor gather_from_sp(const torch::Tensor& x, const TensorParallel& tp);      // all-gather; backward reduce-scatter
 torch::Tensor reduce_scatter_to_sp(const torch::Tensor& x, const TensorParallel& tp);  // reduce-scatter; backward all-gather
 
@@ -70,11 +73,30 @@ torch::Tensor reduce_scatter_to_sp(const torch::Tensor& x, const TensorParallel&
 // of this rank's rows [rank * V/TP, (rank + 1) * V/TP), targets (N) -> (N) fp32,
 // never gathering the full logits (the row maxima, then target logits and sums
 // of exp, are all-reduced over TP; nothing with TP 1). The logits keep their
-// dtype (16-bit in mixed precision); the arithmetic is fp32 over chunks of
-// `chunk_rows` rows (0: as many as make 8 Mi elements), so no fp32 copy of the
-// whole logits exists in forward or backward. The gradient is softmax - one-hot.
+// dtype (16-bit in mixed precision); the arithmetic is fp32, and no fp32 copy of
+// the whole logits exists in forward or backward. The gradient is softmax - one-hot.
+// Two implementations:
+//   Chunked: chunks of `chunk_rows` rows (0: as many as make 8 Mi elements), a
+//            few ATen ops per chunk; the CPU path and the reference.
+//   Fused:   llm.c's loss: one read of the logits gives each row's maximum, sum
+//            of exp (a running pair, rescaled as the maximum grows) and target
+//            logit; one read and one write give the gradient, over the logits
+//            themselves when `logits_dead`. On a CUDA device a kernel
+//            (fused_ce.cu, where nvcc built it) does each pass; elsewhere its
+//            ATen twin runs the same arithmetic over chunks of `chunk_cols`
+//            columns (0: 4096), which is how the CPU tests prove it.
+// Auto: Fused on a CUDA device when the kernel is built, else Chunked.
+enum class CeImpl { Auto, Chunked, Fused };
+struct CeOptions {
+  int64_t chunk_rows = 0;
+  int64_t chunk_cols = 0;
+  CeImpl impl = CeImpl::Auto;
+  bool logits_dead = false;  // the caller never reads the logits again (the fused path may overwrite them)
+};
 torch::Tensor vocab_parallel_cross_entropy(const torch::Tensor& logits, const torch::Tensor& targets, const TensorParallel& tp,
-                                           int64_t chunk_rows = 0);
+                                           const CeOptions& options = {});
+// Whether this build has the CUDA kernel of the fused loss.
+bool fused_ce_kernel_built();
 
 // How a parameter is split over tensor-parallel ranks: along `dim`, in `groups`
 // interleaved groups (the fused QKV weight: 3 groups, q, k and v, each split by

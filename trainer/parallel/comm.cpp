@@ -264,7 +264,7 @@ class C10dComm final : public Comm {
 
   void wait(const char* op, const c10::intrusive_ptr<c10d::Work>& work) {
     try {
-      work->wait(timeout_);
+      wait_work(*work, wait_policy(name_), timeout_);
     } catch (const std::exception& e) {
       std::string what = e.what();
       if (auto nl = what.find('\n'); nl != std::string::npos) what.resize(nl);
@@ -287,6 +287,13 @@ class C10dComm final : public Comm {
 };
 
 }  // namespace
+
+WaitOn wait_policy(const std::string& backend) { return backend == "nccl" ? WaitOn::Stream : WaitOn::Host; }
+
+void wait_work(c10d::Work& work, WaitOn on, std::chrono::milliseconds timeout) {
+  if (on == WaitOn::Stream) work.wait();  // kNoTimeout: the stream waits, not the host
+  else work.wait(timeout);
+}
 
 std::unique_ptr<Comm> make_comm(const DistEnv& env, const std::string& backend, int gpu, std::chrono::milliseconds timeout) {
   if (env.world_size == 1) return make_local_comm();

@@ -5,9 +5,12 @@
 //   CUDA tensors  -> c10d's NCCL backend.
 // Rendezvous is a c10d TCPStore at MASTER_ADDR:MASTER_PORT (rank 0 serves it,
 // or torchrun's agent does). Every blocking call, and wait() of the *_async
-// ones, returns when the collective finished and turns a failure (a dead peer,
-// a timeout) into zlm::Error naming the operation and this rank, so no rank
-// hangs when another dies.
+// ones, returns when the result may be used (wait_work below: on Gloo the
+// collective has finished; on NCCL the current CUDA stream is ordered after it
+// and the host runs on) and turns a failure (a dead peer, a timeout) into
+// zlm::Error naming the operation and this rank, so no rank hangs when another
+// dies (on NCCL a hang is reported by the process group's watchdog, after the
+// same timeout).
 //
 //   auto comm = make_comm(dist_env_from_process(), "gloo", /*gpu=*/-1, std::chrono::minutes(10));
 //   comm->all_reduce_sum(t);                // in place, every rank gets the sum
@@ -25,6 +28,10 @@
 #include <vector>
 
 #include "trainer/config/dist_env.h"
+
+namespace c10d {
+class Work;
+}
 
 namespace zlm::trainer {
 
@@ -79,6 +86,15 @@ class Comm {
  protected:
   int rank_ = 0, world_ = 1;
 };
+
+// How an operation's wait is done. Gloo: the host waits (its wait is the
+// completion), at most `timeout`. NCCL: the current CUDA stream waits on the
+// NCCL stream (c10d's wait without a timeout) and the host goes on queueing
+// kernels; a wait with any timeout would poll the operation's completion from
+// the host and drain the GPU at every collective.
+enum class WaitOn { Host, Stream };
+WaitOn wait_policy(const std::string& backend);
+void wait_work(c10d::Work& work, WaitOn on, std::chrono::milliseconds timeout);
 
 // gpu: this rank's CUDA device index, or -1 for CPU tensors.
 std::unique_ptr<Comm> make_comm(const DistEnv& env, const std::string& backend, int gpu, std::chrono::milliseconds timeout);

@@ -142,6 +142,14 @@ Placement place(const TrainArgs& a, const DistEnv& env) {
       throw Error(ErrorKind::Usage, "local rank %d but only %d GPUs are visible to it", env.local_rank, visible);
   }
   p.device = p.cuda ? torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(p.gpu)) : torch::Device(torch::kCPU);
+  // fp32 matrix products on the tensor cores (TF32, 10-bit mantissa inputs, fp32 accumulation), as
+  // llm.c and nanoGPT do; PyTorch's default is full fp32. NVIDIA_TF32_OVERRIDE=0, NVIDIA's own switch,
+  // keeps full fp32 (cuBLAS obeys it too).
+  const char* tf32 = std::getenv("NVIDIA_TF32_OVERRIDE");
+  if (p.cuda && !(tf32 && std::string(tf32) == "0")) {
+    at::globalContext().setFloat32MatmulPrecision("high");
+    if (env.rank == 0) ZLM_LOG_INF(" > fp32 matrix products use TF32 on the GPU (NVIDIA_TF32_OVERRIDE=0 keeps full fp32)");
+  }
   p.backend = a.distributed_backend;
   if (!p.cuda && p.backend == "nccl") {
     if (env.rank == 0) ZLM_LOG_WRN("--distributed-backend nccl needs a GPU; training on CPU with gloo");
@@ -388,6 +396,10 @@ void Trainer::build_model() {
   if (g.pp_size() > 1 && (part.pre || part.post)) z.own_buckets = {"wte.weight"};  // the same shard on the first and last stage
   Gpt2Impl* m = model_.get();
   z.in_norm = [m](const std::string& name) { return m->counts_in_grad_norm(name); };
+  if (part.tp.sp()) {
+    z.tp_partial = [m](const std::string& name) { return m->tp_partial_grad(name); };
+    z.tp_partial_comm = &g.tp();
+  }
   engine_ = std::make_unique<ZeroEngine>(model_, g.dp(), z, pl_.device);
   schedule_ = std::make_unique<PipelineSchedule>(g.pp(), model_->num_chunks(), model_->activation_shape(a_.micro_batch_size, a_.seq_length),
                                                  torch::TensorOptions().dtype(pl_.param_dtype()).device(pl_.device));

@@ -12,7 +12,8 @@ namespace {
 ZeroLayout layout_for(Gpt2& model, const Comm& comm, const ZeroConfig& cfg) {
   std::vector<ParamInfo> params;
   for (const auto& item : model->named_parameters())
-    params.push_back({item.key(), item.value().sizes().vec(), !cfg.in_norm || cfg.in_norm(item.key())});
+    params.push_back({item.key(), item.value().sizes().vec(), !cfg.in_norm || cfg.in_norm(item.key()),
+                      cfg.tp_partial_comm && cfg.tp_partial && cfg.tp_partial(item.key())});
   LayoutSpec spec;
   spec.blocks = static_cast<int64_t>(model->blocks->size());
   spec.own_buckets = cfg.own_buckets;
@@ -100,9 +101,16 @@ double ZeroEngine::param_sum_of_squares() {
 
 // The gradients' factor: the clipping coefficient, and the loss-scale and
 // averaging factor that reduce_grads left to the step (see state.h, defer_mult).
-void ZeroEngine::step(double lr, double clip_coef) { optimizer_->step(lr, reducer_->grad_mult() * clip_coef); }
+// With parameter offload the optimizer writes the host shards that the gathers copy up.
+void ZeroEngine::step(double lr, double clip_coef) {
+  if (gatherer_) gatherer_->wait_uploads();
+  optimizer_->step(lr, reducer_->grad_mult() * clip_coef);
+}
 
-void ZeroEngine::sync() { optimizer_->sync(); }
+void ZeroEngine::sync() {
+  if (gatherer_) gatherer_->wait_uploads();
+  optimizer_->sync();
+}
 
 MemoryPlan ZeroEngine::plan() const {
   const int64_t gathered = cfg_.plan.shard_parameters ? layout_.most_gathered() * static_cast<int64_t>(c10::elementSize(cfg_.param_dtype)) : 0;
@@ -114,6 +122,9 @@ int64_t ZeroEngine::resident_parameter_bytes() const { return state_->resident_p
 int64_t ZeroEngine::optimizer_state_bytes_full(bool padded) const { return state_->optimizer_state_bytes_full(padded); }
 
 ZeroEngine::FullState ZeroEngine::gather_state() { return optimizer_->gather_state(); }
-void ZeroEngine::load_state(const FullState& s) { optimizer_->load_state(s); }
+void ZeroEngine::load_state(const FullState& s) {
+  if (gatherer_) gatherer_->wait_uploads();
+  optimizer_->load_state(s);
+}
 
 }  // namespace zlm::trainer

@@ -120,7 +120,7 @@ struct GatheredHeadFn : public torch::autograd::Function<GatheredHeadFn> {
 }  // namespace
 
 ParameterGatherer::ParameterGatherer(Gpt2& m, ZeroState& s, Comm& comm, GradientReducer& r)
-    : model(m), state(s), layout(s.layout), reducer(r), comm_(comm) {
+    : model(m), state(s), layout(s.layout), reducer(r), comm_(comm), h2d_(s.device), uploads_(s.buckets.size()) {
   anchor_ = torch::empty({0}, torch::TensorOptions().dtype(torch::kFloat).device(state.device).requires_grad(true));
   model->block_fn = [this](size_t l, const torch::Tensor& x) { return run_block(l, x); };
   model->embed_fn = [this](const torch::Tensor& idx) { return run_embed(idx); };
@@ -148,24 +148,36 @@ void ParameterGatherer::begin_step() {
   inflight_.clear();
 }
 
-ParameterGatherer::InFlight ParameterGatherer::start_gather(const Bucket& k) {
+ParameterGatherer::InFlight ParameterGatherer::start_gather(size_t b) {
+  const Bucket& k = state.buckets[b];
   InFlight f;
   f.full = torch::empty({k.padded}, torch::TensorOptions().dtype(state.cfg.param_dtype).device(state.device));
-  f.src = k.param_shard.device() == state.device ? k.param_shard : k.param_shard.to(state.device);
+  if (k.param_shard.device() == state.device) {
+    f.src = k.param_shard;
+  } else {  // parameter offload: the pinned shard goes up on the copy stream; the compute stream
+            // (so the all-gather) waits for it by event, the host does not
+    f.src = torch::empty_like(k.param_shard, k.param_shard.options().device(state.device));
+    h2d_.copy(f.src, k.param_shard, uploads_[b]);
+    h2d_.join(uploads_[b]);
+  }
   f.op = comm_.all_gather_async(f.full, f.src);
   return f;
+}
+
+void ParameterGatherer::wait_uploads() {
+  for (auto& e : uploads_) CopyStream::wait(e);
 }
 
 void ParameterGatherer::prefetch(size_t b) {
   if (b >= state.buckets.size() || !state.buckets[b].sharded_params || inflight_.count(b)) return;
   torch::NoGradGuard no_grad;
-  inflight_.emplace(b, start_gather(state.buckets[b]));
+  inflight_.emplace(b, start_gather(b));
 }
 
 torch::Tensor ParameterGatherer::gathered(size_t b) {
   torch::NoGradGuard no_grad;
   auto it = inflight_.find(b);
-  InFlight f = it != inflight_.end() ? std::move(it->second) : start_gather(state.buckets[b]);
+  InFlight f = it != inflight_.end() ? std::move(it->second) : start_gather(b);
   if (it != inflight_.end()) inflight_.erase(it);
   f.op->wait();
   return f.full;

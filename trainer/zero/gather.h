@@ -31,8 +31,10 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "trainer/parallel/comm.h"
 #include "trainer/zero/reduction.h"
@@ -70,6 +72,9 @@ class ParameterGatherer {
   torch::Tensor& wte_grad() { return wte_grad_; }
   torch::Tensor& outer_grad() { return outer_grad_; }
   void reduce_outer_grads();
+  // Parameter offload: the host waits until no copy up still reads a shard
+  // (before the optimizer or a checkpoint load writes the shards).
+  void wait_uploads();
 
   Gpt2& model;
   ZeroState& state;
@@ -81,13 +86,15 @@ class ParameterGatherer {
     torch::Tensor full, src;
     std::unique_ptr<Comm::Pending> op;
   };
-  InFlight start_gather(const Bucket& k);
+  InFlight start_gather(size_t b);
   torch::Tensor gathered(size_t b);  // the prefetched gather, or a new one
   torch::Tensor run_block(size_t l, const torch::Tensor& x);
   torch::Tensor run_embed(const torch::Tensor& idx);
   torch::Tensor run_head(const torch::Tensor& x);
 
   Comm& comm_;
+  CopyStream h2d_;  // parameter offload: the pinned shards up to the device
+  std::vector<std::optional<c10::Event>> uploads_;  // per bucket: its shard's last copy up
   std::map<size_t, InFlight> inflight_;
   torch::Tensor anchor_;  // a leaf that requires grad, so that the embedding's backward runs
   torch::Tensor outer_grad_, wte_grad_;

@@ -46,6 +46,8 @@ void CopyStream::copy(torch::Tensor dst, const torch::Tensor& src, std::optional
   queued->block(*stream_);
   c10::StreamGuard on(*stream_);
   dst.copy_(src, /*non_blocking=*/true);
+  for (const torch::Tensor* t : {static_cast<const torch::Tensor*>(&dst), &src})
+    if (t->device() == stream_->device()) t->record_stream(*stream_);
   done.emplace(stream_->device_type());
   done->record(*stream_);
 }
@@ -60,6 +62,11 @@ void CopyStream::mark(std::optional<c10::Event>& e) const {
   if (!stream_) return;
   e.emplace(stream_->device_type());
   e->record(c10::impl::VirtualGuardImpl(stream_->device_type()).getStream(stream_->device()));
+}
+
+void CopyStream::join(const std::optional<c10::Event>& e) const {
+  if (!stream_ || !e) return;
+  e->block(c10::impl::VirtualGuardImpl(stream_->device_type()).getStream(stream_->device()));
 }
 
 }  // namespace zlm::trainer

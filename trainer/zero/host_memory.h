@@ -34,7 +34,10 @@ inline int64_t tensor_bytes(const torch::Tensor& t) { return t.defined() ? t.num
 // Copies between the device and pinned host memory on a stream of their own
 // (CUDA), so that they overlap the compute stream's work: each starts when the
 // compute stream has done what was queued on it so far, and an event marks its
-// end. On the CPU a plain copy (nothing to overlap; the same code path runs).
+// end. Device memory a copy reads or writes is recorded on the copy stream
+// (recordStream), so the caching allocator never reuses it before the copy is
+// done, whatever the caller does with its tensors. On the CPU a plain copy
+// (nothing to overlap; the same code path runs).
 class CopyStream {
  public:
   explicit CopyStream(const torch::Device& d);
@@ -44,6 +47,8 @@ class CopyStream {
   static void wait(std::optional<c10::Event>& e);
   // An event for what the compute stream has queued so far (none on CPU).
   void mark(std::optional<c10::Event>& e) const;
+  // The compute stream waits (on the device) for what an event marks; the host does not.
+  void join(const std::optional<c10::Event>& e) const;
 
  private:
   std::optional<c10::Stream> stream_;

@@ -89,7 +89,7 @@ ZeroLayout make_zero_layout(const std::vector<ParamInfo>& params, const LayoutSp
     int64_t numel = 1;
     for (int64_t d : p.shape) numel *= d;
     const size_t b = bucket_of(p.name, spec);
-    (p.shape.size() >= 2 ? decay : no_decay)[b].push_back(SlotLayout{p.name, 0, numel, p.shape, p.in_norm});
+    (p.shape.size() >= 2 ? decay : no_decay)[b].push_back(SlotLayout{p.name, 0, numel, p.shape, p.in_norm, p.tp_partial});
     if (p.name == "wte.weight") lay.wte_bucket = b;
   }
   const int64_t unit = static_cast<int64_t>(spec.world) * spec.align;

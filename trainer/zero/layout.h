@@ -30,6 +30,7 @@ struct ParamInfo {
   std::string name;  // the module's name: "wte.weight", "blocks.3.attn_qkv.weight"
   std::vector<int64_t> shape;
   bool in_norm = true;  // counts in the gradient norm on this rank
+  bool tp_partial = false;  // its gradient is a partial sum over the TP ranks (ZeroConfig::tp_partial)
 };
 
 struct SlotLayout {
@@ -37,6 +38,7 @@ struct SlotLayout {
   int64_t offset = 0, numel = 0;  // in the bucket
   std::vector<int64_t> shape;
   bool in_norm = true;
+  bool tp_partial = false;
 };
 
 struct BucketLayout {

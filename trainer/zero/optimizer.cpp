@@ -1,8 +1,11 @@
 #include "trainer/zero/optimizer.h"
 
+#include <ATen/Parallel.h>
+
 #include <algorithm>
 
 #include "common/core/error.h"
+#include "trainer/zero/cpu_adamw.h"
 
 namespace zlm::trainer {
 
@@ -13,17 +16,57 @@ ShardOptimizer::~ShardOptimizer() {
   CopyStream::wait(up_done_);
 }
 
+namespace {
+
+CpuAdamW::Type cpu_type(const torch::Tensor& t) {
+  switch (t.scalar_type()) {
+    case torch::kFloat: return CpuAdamW::kF32;
+    case torch::kBFloat16: return CpuAdamW::kBF16;
+    case torch::kHalf: return CpuAdamW::kF16;
+    default: return CpuAdamW::kNone;
+  }
+}
+
+bool on_cpu_contiguous(const torch::Tensor& t) { return t.device().is_cpu() && t.is_contiguous(); }
+
+// cpu_adamw over the intra-op threads, split at multiples of CpuAdamW::kAlign
+// (the same arithmetic for every element whatever the thread count).
+void parallel_cpu_adamw(const CpuAdamW::Settings& s, torch::Tensor master, torch::Tensor m, torch::Tensor v, const torch::Tensor& grad,
+                        torch::Tensor copy16) {
+  const int64_t n = master.numel(), units = (n + CpuAdamW::kAlign - 1) / CpuAdamW::kAlign;
+  float *p = master.data_ptr<float>(), *mp = m.data_ptr<float>(), *vp = v.data_ptr<float>();
+  auto* g = static_cast<char*>(grad.data_ptr());
+  auto* o = copy16.defined() ? static_cast<char*>(copy16.data_ptr()) : nullptr;
+  const CpuAdamW::Type gt = cpu_type(grad), ot = copy16.defined() ? cpu_type(copy16) : CpuAdamW::kNone;
+  const int64_t gb = grad.element_size(), ob = copy16.defined() ? copy16.element_size() : 0;
+  at::parallel_for(0, units, /*grain_size=*/(int64_t{1} << 16) / CpuAdamW::kAlign, [&](int64_t u0, int64_t u1) {
+    const int64_t a = u0 * CpuAdamW::kAlign, len = std::min(n, u1 * CpuAdamW::kAlign) - a;
+    cpu_adamw(s, len, p + a, mp + a, vp + a, {g + a * gb, gt}, {o ? o + a * ob : nullptr, ot});
+  });
+}
+
+}  // namespace
+
 // AdamW over one bucket's owned range with `grad` (multiplied by mult, in
 // fp32, first), split at decay_end (weights decayed, the rest not) and cut
 // before the padding; CPU offload steps it in chunks. With `publish` each
 // updated chunk goes to the parameters at once (cast on the host and copied
 // up asynchronously while the next chunk is computed); without (a delayed
 // update) only into the 16-bit staging buffer, and publish() copies it.
+// On the CPU one fused pass per chunk (cpu_adamw.h: the multiply, AdamW and
+// the 16-bit copy); on a device, ATen's fused AdamW.
 void ShardOptimizer::adamw(Bucket& k, const torch::Tensor& grad, double mult, double lr, const torch::Tensor& steps, bool publish) {
   torch::NoGradGuard no_grad;
   const ZeroConfig& cfg = state_.cfg;
   torch::Tensor own = k.owned_params();
   const bool scale = grad.scalar_type() != torch::kFloat || mult != 1.0;
+  const bool fused_cpu = cpu_adamw_vectorized() && on_cpu_contiguous(k.master) && on_cpu_contiguous(grad) &&
+                         cpu_type(grad) != CpuAdamW::kNone;
+  // Where the fused pass writes the 16-bit copy: the host staging buffer, or the parameters themselves when they are 16-bit on the CPU.
+  const torch::Tensor copy_to = k.master_is_param ? torch::Tensor()
+                                : k.host_param.defined() ? k.host_param
+                                : publish && on_cpu_contiguous(own) && cpu_type(own) != CpuAdamW::kF32 && cpu_type(own) != CpuAdamW::kNone ? own
+                                : torch::Tensor();
   const int64_t lo = k.own_begin, hi = std::min(k.own_begin + k.own_len, k.numel);
   const int64_t pieces[3] = {lo, std::clamp(k.decay_end, lo, std::max(lo, hi)), std::max(lo, hi)};
   for (int p = 0; p < 2; ++p) {
@@ -33,15 +76,21 @@ void ShardOptimizer::adamw(Bucket& k, const torch::Tensor& grad, double mult, do
       n = std::min(chunk, pieces[p + 1] - a);
       const int64_t off = a - k.own_begin;
       torch::Tensor g = grad.narrow(0, off, n);
-      if (scale) g = g.to(torch::kFloat).mul_(mult);  // unscaled and clipped in fp32, one pass per chunk
-      at::_fused_adamw_({k.master.narrow(0, off, n)}, {g}, {k.exp_avg.narrow(0, off, n)}, {k.exp_avg_sq.narrow(0, off, n)}, {}, {steps}, lr,
-                        cfg.beta1, cfg.beta2, wd, cfg.eps, false, false);
+      if (fused_cpu) {
+        const CpuAdamW::Settings s{.lr = lr, .beta1 = cfg.beta1, .beta2 = cfg.beta2, .eps = cfg.eps, .weight_decay = wd, .step = step_,
+                                   .grad_scale = static_cast<float>(mult)};
+        parallel_cpu_adamw(s, k.master.narrow(0, off, n), k.exp_avg.narrow(0, off, n), k.exp_avg_sq.narrow(0, off, n), g,
+                           copy_to.defined() ? copy_to.narrow(0, off, n) : torch::Tensor());
+      } else {
+        if (scale) g = g.to(torch::kFloat).mul_(mult);  // unscaled and clipped in fp32, one pass per chunk
+        at::_fused_adamw_({k.master.narrow(0, off, n)}, {g}, {k.exp_avg.narrow(0, off, n)}, {k.exp_avg_sq.narrow(0, off, n)}, {}, {steps}, lr,
+                          cfg.beta1, cfg.beta2, wd, cfg.eps, false, false);
+        if (copy_to.defined()) copy_to.narrow(0, off, n).copy_(k.master.narrow(0, off, n));
+      }
       if (k.master_is_param) continue;
-      if (k.host_param.defined()) {  // cast on the host, 16 bits up
-        torch::Tensor staged = k.host_param.narrow(0, off, n);
-        staged.copy_(k.master.narrow(0, off, n));
-        if (publish) own.narrow(0, off, n).copy_(staged, /*non_blocking=*/true);
-      } else if (publish) {
+      if (k.host_param.defined()) {  // 16 bits up
+        if (publish) own.narrow(0, off, n).copy_(k.host_param.narrow(0, off, n), /*non_blocking=*/true);
+      } else if (publish && !copy_to.defined()) {
         own.narrow(0, off, n).copy_(k.master.narrow(0, off, n), /*non_blocking=*/state_.pin);
       }
     }

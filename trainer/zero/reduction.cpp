@@ -85,9 +85,29 @@ void GradientReducer::launch_ready(size_t v) {
   }
 }
 
+// The bucket's partial gradients (ZeroConfig::tp_partial) in its flat
+// gradient, summed over their group in one all-reduce of the packed slices.
+void GradientReducer::sum_partials(const Bucket& k, const torch::Tensor& flat) {
+  Comm* c = state_.cfg.tp_partial_comm;
+  if (!c) return;
+  std::vector<torch::Tensor> parts;
+  for (const auto& s : k.slots)
+    if (s.tp_partial) parts.push_back(flat.narrow(0, s.offset, s.numel));
+  if (parts.empty()) return;
+  torch::NoGradGuard no_grad;
+  torch::Tensor packed = torch::cat(parts);
+  c->all_reduce_sum(packed);
+  int64_t at = 0;
+  for (auto& p : parts) {
+    p.copy_(packed.narrow(0, at, p.numel()));
+    at += p.numel();
+  }
+}
+
 void GradientReducer::reduce_hooked(Bucket& k) {
   if (!state_.cfg.plan.shard_gradients) {  // in place: all-reduce of the full buffer, or reduce-scatter of it into the shard
     finish_reduces();
+    sum_partials(k, k.flat_grad);
     Reducing r{&k, k.flat_grad, torch::Tensor(), nullptr};
     r.op = state_.cfg.plan.shard_optimizer ? comm_.reduce_scatter_async(k.grad_shard, k.flat_grad) : comm_.all_reduce_async(k.flat_grad);
     reducing_.push_back(std::move(r));
@@ -118,6 +138,7 @@ void GradientReducer::reduce_flat_into_shard(Bucket& k, const torch::Tensor& ful
   finish_reduces(/*land=*/false);
   const auto dtype = state_.cfg.grad_dtype;
   Reducing r{&k, full.to(dtype), torch::empty({k.own_len}, full.options().dtype(dtype)), nullptr};
+  sum_partials(k, r.full);
   r.op = comm_.reduce_scatter_async(r.part, r.full);
   reducing_.push_back(std::move(r));
 }

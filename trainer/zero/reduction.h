@@ -75,6 +75,7 @@ class GradientReducer {
   void param_ready(size_t b);
   void launch_ready(size_t chunk);  // holds mu_
   void reduce_hooked(Bucket& k);
+  void sum_partials(const Bucket& k, const torch::Tensor& flat);
   torch::Tensor flat_grad(const Bucket& k, const std::vector<torch::Tensor>& grads) const;
   // Completes the reductions in flight; with land = false a part on its way to
   // a host shard may stay so (the host waits for it only when the next is ready).

@@ -43,6 +43,13 @@ struct ZeroConfig {
   std::vector<std::string> own_buckets;
   // Whether a parameter's gradient counts in the norm on this rank (all when unset).
   std::function<bool(const std::string&)> in_norm;
+  // Parameters whose gradients are partial sums over another group (the TP
+  // ranks, sequence parallelism: Gpt2Impl::tp_partial_grad), and its
+  // communicator: a bucket's such gradients are summed over it in one
+  // all-reduce before the bucket's reduction over the data-parallel group (so
+  // once per step with unsharded gradients, once per micro-batch with sharded ones).
+  std::function<bool(const std::string&)> tp_partial;
+  Comm* tp_partial_comm = nullptr;
   // The parameters' dtype on the device (kFloat, kBFloat16, kHalf), and the
   // dtype gradients accumulate in over micro-batches and are reduced in
   // (Megatron: fp32 with --accumulate-allreduce-grads-in-fp32, which --bf16

@@ -1,43 +1,89 @@
 #!/usr/bin/env bash
-# Everything the issues ask to measure on the GPU machine, in one command (the
-# device tool gives 10 minutes per command): build the trainer alone, then
-#  1. GPT-2 124M and 345M, bf16, seq 1024: pretrain_gpt vs the plain PyTorch loop
-#     (tests/bench/gpu/baseline_train.py) eager and with torch.compile;
-#  2. GPT-2 1.5B without offload (one GPU, activation checkpointing);
-#  3. ZeRO-3 + CPU offload (optimizer and parameters): the largest of a list of
-#     GPT-2-shaped models that trains, with tokens/s and TFLOPs;
-#  4. the optimizer step of a 1.2B GPT-2 on the GPU and offloaded to the CPU,
-#     against PyTorch's fused AdamW on the host.
-# Results: $OUT/gpu_bench.md (a table for docs/benchmarks.md) and $OUT/logs/.
-# MFU uses PaLM's 6N + 12 L h T FLOPs per token (N without position embeddings)
-# against a dense bf16 peak of 989.4 TFLOPS (H100/H200 SXM; PEAK_TFLOPS to change).
-#   tests/bench/gpu/run_gpu.sh                 # on the GPU machine (PART=1: build, 124M, 345M;
-#                                              #  PART=2: 1.5B; PART=3: offload; PART=4: optimizer
-#                                              #  step; default all)
-#   DRY=1 BIN=build/bin tests/bench/gpu/run_gpu.sh   # tiny shapes on CPU, to test the script
+# What the GPU issue measures, in parts that each fit one 10-minute command of
+# the device tool (PART_BUDGET seconds, 540 by default: every run inside a part
+# gets at most what is left of it). Every part writes its logs as it goes
+# ($OUT/logs/) and its table ($OUT/gpu_bench.md), row by row, so a part that
+# fails or is cut off still leaves what it measured.
+#   0  the machine: GPU name and peak, nvcc, Python.h (torch.compile needs it), the
+#      build (carried or made here), the label-gpu tests (the fused loss's kernel)
+#   1  GPT-2 124M, bf16, seq 1024: pretrain_gpt and the plain PyTorch loop, eager
+#   2  124M with torch.compile; 345M pretrain_gpt
+#   3  345M PyTorch eager and torch.compile
+#   4  GPT-2 1.5B without offload (one GPU, activation checkpointing)
+#   5  ZeRO-3 + CPU offload (optimizer and parameters): the largest GPT-2 shape
+#      that the host's memory holds by the memory plan's bytes per parameter
+#   6  the optimizer step of a 1.2B GPT-2 on the GPU and offloaded to the CPU,
+#      against PyTorch's fused AdamW on the host
+#   7  llm.c (train_gpt2cu -e d12, same batch and sequence, on our data) built
+#      here from a copy of it that the run carries (LLMC_DIR, .llmc by default)
+# The build: BIN=DIR, or the carried trainer-alone build (build-kit/bin, made by
+# tests/bench/gpu/build_kit.sh on the CPU machine), or else one built here into
+# build-gpu (nvcc and CMake are on the GPU machine). LD_LIBRARY_PATH gets the
+# GPU machine's torch and NVIDIA libraries and the carried lib/ (the carried
+# binaries have no RUNPATH).
+# MFU: PaLM's 6N + 12 L h T FLOPs per token (N without position embeddings)
+# against the GPU's dense bf16 peak by its name (H100/H200 SXM 989.4, H100
+# PCIe 756; PEAK_TFLOPS overrides).
+#   PART=1 tests/bench/gpu/run_gpu.sh                  # on the GPU machine, one part per command
+#   DRY=1 BIN=build/bin PART=1 tests/bench/gpu/run_gpu.sh   # tiny shapes on the CPU (dry_test.sh)
 set -uo pipefail
 cd "$(dirname "$0")/../../.."
+START=$SECONDS
+BUDGET=${PART_BUDGET:-540}
 OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT/logs"
-# The project's .venv where there is one (here); the GPU machine's python3 has torch.
+PART=${PART:-0}
+table="$OUT/gpu_bench.md"
+trap 'echo; cat "$table" 2>/dev/null' EXIT
+# The project's .venv where there is one (the CPU machine); the GPU machine's python3 has torch.
 if [[ -z "${PY:-}" ]]; then PY=python3; [[ -x .venv/bin/python ]] && PY=.venv/bin/python; fi
-PEAK=${PEAK_TFLOPS:-989.4}
 DATA=tests/data/megatron/meg-gpt2-openwebtext_text_document
 VOCAB=tests/data/gpt2/gpt2-vocab.json
+log() { echo "[kit] $*" | tee -a "$OUT/logs/status.txt" >&2; }
+# left LIMIT: LIMIT, or what is left of the part's budget less a margin for the table (at least 1).
+left() { local l=$(( BUDGET - (SECONDS - START) - 15 )); (( l > $1 )) && l=$1; (( l < 1 )) && l=1; echo $l; }
+
+# ---- the GPU and its peak --------------------------------------------------
+GPU=$(nvidia-smi --query-gpu=name,memory.total --format=csv,noheader 2>/dev/null | head -1)
+[[ -n $GPU ]] || GPU="no GPU"
+if [[ -n "${PEAK_TFLOPS:-}" ]]; then PEAK=$PEAK_TFLOPS
+elif [[ $GPU == *PCIe* ]]; then PEAK=756
+else PEAK=989.4; fi  # H100 SXM (HBM3), H200
+echo "$GPU" > "$OUT/logs/gpu.txt"
+
+# ---- libraries for carried binaries -----------------------------------------
+libs=$($PY - <<'PYEOF' 2>/dev/null
+import glob, os, torch
+site = os.path.dirname(os.path.dirname(torch.__file__))
+print(":".join([os.path.join(os.path.dirname(torch.__file__), "lib")] + sorted(glob.glob(os.path.join(site, "nvidia", "*", "lib"))) +
+               sorted(glob.glob(os.path.join(site, "nvidia", "cu*", "lib")))))
+PYEOF
+)
+export LD_LIBRARY_PATH="${libs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+
+# ---- the build ----------------------------------------------------------------
 if [[ -z "${BIN:-}" ]]; then
-  PREFIX=$($PY -c 'import torch; print(torch.utils.cmake_prefix_path)')
-  cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DZLM_BUILD_DATA_TOOLS=OFF -DZLM_BUILD_TESTS=OFF \
-    -DZLM_BUILD_TRAINER=ON -DCMAKE_PREFIX_PATH="$PREFIX" > "$OUT/logs/cmake.log" 2>&1 &&
-    cmake --build build-gpu -j "$(nproc)" >> "$OUT/logs/cmake.log" 2>&1 || { tail -30 "$OUT/logs/cmake.log"; exit 1; }
-  BIN=build-gpu/bin
+  if [[ -x build-kit/bin/pretrain_gpt ]] && LD_LIBRARY_PATH="$PWD/build-kit/lib:$LD_LIBRARY_PATH" build-kit/bin/pretrain_gpt --help > /dev/null 2>&1; then
+    BIN=build-kit/bin
+    export LD_LIBRARY_PATH="$PWD/build-kit/lib:$LD_LIBRARY_PATH"
+    log "build: the carried trainer-alone build (build-kit)"
+  else
+    [[ -x build-kit/bin/pretrain_gpt ]] && log "build: the carried build does not start here ($(LD_LIBRARY_PATH="$PWD/build-kit/lib:$LD_LIBRARY_PATH" build-kit/bin/pretrain_gpt --help 2>&1 | head -2 | tr '\n' ' ')); building here"
+    if [[ ! -x build-gpu/bin/pretrain_gpt ]]; then
+      command -v nvcc > /dev/null || [[ -x /usr/local/cuda/bin/nvcc ]] || log "build: no nvcc on PATH or in /usr/local/cuda/bin (no fused-loss kernel)"
+      PREFIX=$($PY -c 'import torch; print(torch.utils.cmake_prefix_path)')
+      log "build: trainer-alone into build-gpu (limit $(left 420) s)"
+      timeout "$(left 420)" bash -c "cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DZLM_BUILD_DATA_TOOLS=OFF \
+        -DZLM_BUILD_TESTS=ON -DZLM_BUILD_TRAINER=ON -DCMAKE_PREFIX_PATH='$PREFIX' && cmake --build build-gpu -j $(nproc)" \
+        > "$OUT/logs/build.log" 2>&1 || { log "build failed (logs/build.log)"; tail -30 "$OUT/logs/build.log"; exit 1; }
+    fi
+    BIN=build-gpu/bin
+  fi
 fi
-nvidia-smi --query-gpu=name,memory.total --format=csv,noheader > "$OUT/logs/gpu.txt" 2>/dev/null || echo "no GPU" > "$OUT/logs/gpu.txt"
 DEVICE=cuda EXTRA=(--bf16) SEQ=1024 ITERS=30 LOGI=10
 if [[ -n "${DRY:-}" ]]; then DEVICE=cpu EXTRA=() SEQ=64 ITERS=4 LOGI=2; fi
 
-PART=${PART:-all}
-table="$OUT/gpu_bench.md"
-echo "GPU: $(cat "$OUT/logs/gpu.txt"); seq $SEQ; MFU = tokens/s * (6N + 12*L*h*T) / ${PEAK}e12" > "$table"
+echo "Part $PART. GPU: $GPU; seq $SEQ; MFU = tokens/s * (6N + 12*L*h*T) / ${PEAK}e12" > "$table"
 echo "| model | implementation | tokens/s | MFU | peak memory (GiB) | s/iteration |" >> "$table"
 echo "|---|---|---|---|---|---|" >> "$table"
 
@@ -59,8 +105,9 @@ print(f"| {model} ({n/1e6:.0f}M) | {impl} | {tok:,.0f} | {100*mfu:.1f}% | {m.get
 PYEOF
 }
 
-ours() {  # ours NAME LAYERS HIDDEN HEADS MICRO GLOBAL TIMEOUT [flags]
-  local name=$1 L=$2 h=$3 heads=$4 micro=$5 global=$6 limit=$7
+ours() {  # ours NAME LAYERS HIDDEN HEADS MICRO GLOBAL LIMIT [flags]
+  local name=$1 L=$2 h=$3 heads=$4 micro=$5 global=$6 limit
+  limit=$(left "$7")
   shift 7
   rm -rf "$OUT/ckpt"
   timeout "$limit" $BIN/pretrain_gpt --num-layers $L --hidden-size $h --num-attention-heads $heads --seq-length $SEQ \
@@ -68,73 +115,142 @@ ours() {  # ours NAME LAYERS HIDDEN HEADS MICRO GLOBAL TIMEOUT [flags]
     --lr-warmup-iters 2 --clip-grad 1.0 --data-path $DATA --vocab-file $VOCAB --split 949,50,1 --log-interval $LOGI \
     --eval-interval 100000 --eval-iters 0 --hidden-dropout 0 --attention-dropout 0 --device $DEVICE "${EXTRA[@]}" \
     --data-cache-path "$OUT/cache" --metrics-out "$OUT/logs/$name.jsonl" "$@" > "$OUT/logs/$name.log" 2>&1
-  echo "$name: exit $?" >> "$OUT/logs/status.txt"
+  log "$name: exit $? (limit $limit s)"
 }
-base() {  # base NAME LAYERS HIDDEN HEADS MICRO GLOBAL TIMEOUT [--compile]
-  local name=$1 L=$2 h=$3 heads=$4 micro=$5 global=$6 limit=$7
+base() {  # base NAME LAYERS HIDDEN HEADS MICRO GLOBAL LIMIT [--compile]
+  local name=$1 L=$2 h=$3 heads=$4 micro=$5 global=$6 limit
+  limit=$(left "$7")
   shift 7
   timeout "$limit" $PY tests/bench/gpu/baseline_train.py --layers $L --hidden $h --heads $heads --seq $SEQ --micro $micro \
     --global-batch $global --iters $ITERS --warmup $LOGI --device $DEVICE --peak-tflops $PEAK "$@" > "$OUT/logs/$name.jsonl" 2> "$OUT/logs/$name.log"
-  echo "$name: exit $?" >> "$OUT/logs/status.txt"
+  log "$name: exit $? (limit $limit s)"
+}
+# torch.compile needs Python's headers (Inductor builds C++); say so instead of failing late.
+has_python_h() { $PY -c 'import os, sysconfig, sys; sys.exit(0 if os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")) else 1)'; }
+compiled() {  # compiled NAME MODEL LAYERS HIDDEN HEADS MICRO GLOBAL LIMIT
+  local name=$1 model=$2
+  shift 2
+  if has_python_h; then
+    base "$name" "$@" --compile
+    row "$model" "PyTorch torch.compile" "$OUT/logs/$name.jsonl" "$1" "$2"
+  else
+    log "$name: skipped, no Python.h for torch.compile"
+    echo "| $model | PyTorch torch.compile | skipped: no Python.h on this machine | | | |" >> "$table"
+  fi
 }
 
-# 1. 124M and 345M.
-if [[ $PART == all || $PART == 1 ]]; then
 if [[ -n "${DRY:-}" ]]; then S124=(2 64 4 4 8) S345=(2 96 4 4 8); else S124=(12 768 12 16 128) S345=(24 1024 16 8 64); fi
-ours gpt2_124m "${S124[@]}" 300; row "GPT-2 124M" "zerolm pretrain_gpt" "$OUT/logs/gpt2_124m.jsonl" "${S124[0]}" "${S124[1]}"
-base py_124m "${S124[@]}" 300; row "GPT-2 124M" "PyTorch eager" "$OUT/logs/py_124m.jsonl" "${S124[0]}" "${S124[1]}"
-base pyc_124m "${S124[@]}" 400 --compile; row "GPT-2 124M" "PyTorch torch.compile" "$OUT/logs/pyc_124m.jsonl" "${S124[0]}" "${S124[1]}"
-ours gpt2_345m "${S345[@]}" 300; row "GPT-2 345M" "zerolm pretrain_gpt" "$OUT/logs/gpt2_345m.jsonl" "${S345[0]}" "${S345[1]}"
-base py_345m "${S345[@]}" 300; row "GPT-2 345M" "PyTorch eager" "$OUT/logs/py_345m.jsonl" "${S345[0]}" "${S345[1]}"
-base pyc_345m "${S345[@]}" 400 --compile; row "GPT-2 345M" "PyTorch torch.compile" "$OUT/logs/pyc_345m.jsonl" "${S345[0]}" "${S345[1]}"
-fi
 
-
-# 2. GPT-2 1.5B without offload.
-if [[ $PART == all || $PART == 2 ]]; then
-if [[ -n "${DRY:-}" ]]; then S1558=(3 64 4 2 4); else S1558=(48 1600 25 4 32); fi
-ours gpt2_1558m "${S1558[@]}" 400 --checkpoint-activations
-row "GPT-2 1.5B" "zerolm, no offload, activation checkpointing" "$OUT/logs/gpt2_1558m.jsonl" "${S1558[0]}" "${S1558[1]}"
-fi
-
-# 3. ZeRO-3 + offload: the largest that trains (largest first; 180 s each keeps the three under 10 minutes).
-if [[ $PART == all || $PART == 3 ]]; then
-
-# 6.4B, 4.5B, 2.5B: host memory holds 16 B per parameter (master = parameter shard, Adam m and v, gradient).
-if [[ -n "${DRY:-}" ]]; then SHAPES=("2 128 4" "2 64 4"); else SHAPES=("32 4096 32" "40 3072 24" "32 2560 32"); fi
-for shape in "${SHAPES[@]}"; do
-  read -r L h heads <<< "$shape"
-  ITERS_SAVE=$ITERS LOGI_SAVE=$LOGI
-  ITERS=4 LOGI=2
-  ours offload_${L}x$h $L $h $heads 1 8 180 --zero-stage 3 --cpu-offload --offload-params
-  ITERS=$ITERS_SAVE LOGI=$LOGI_SAVE
-  row "GPT-2-shaped L=$L h=$h" "zerolm ZeRO-3 + CPU offload (optimizer, parameters)" "$OUT/logs/offload_${L}x$h.jsonl" "$L" "$h"
-  grep -q '"tokens_per_second"' "$OUT/logs/offload_${L}x$h.jsonl" 2>/dev/null && break
-done
-fi
-
-if [[ $PART == all || $PART == 4 ]]; then
-# 4. The optimizer step alone (gradient norm, clipping, AdamW) of a 1.2B GPT-2: on the GPU, and
-# with --cpu-offload on the host (what ZeRO-Offload's users see dominate), against PyTorch's fused
-# AdamW on the host CPU (DeepSpeed's CPU Adam is compared on the CPU machine: bench_optimizer.sh).
-if [[ -n "${DRY:-}" ]]; then OPT=(2 128 4 cpu); else OPT=(24 2048 16 cuda); fi
-opt_secs() { sed -n 's/.*"seconds_per_step": \([0-9.e-]*\).*/\1/p' | xargs -r printf "%.4f"; }
-{
-  echo
-  echo "| optimizer step, GPT-2 L=${OPT[0]} h=${OPT[1]}, vocab 50304 | s/step |"
-  echo "|---|---|"
-  for v in "" --offload; do
-    if [[ ! -x $BIN/zlm_bench_optimizer ]]; then  # a trainer-alone build has no CLI11 for it
-      echo "| zerolm on ${OPT[3]}${v:+, optimizer offloaded to the CPU} | not built (carry build/bin from the full build) |"
-      continue
-    fi
-    s=$(timeout 150 $BIN/zlm_bench_optimizer --layers ${OPT[0]} --hidden ${OPT[1]} --heads ${OPT[2]} --device ${OPT[3]} --iters 3 $v \
-        2>> "$OUT/logs/optimizer.log" | tee -a "$OUT/logs/optimizer.log" | opt_secs)
-    echo "| zerolm on ${OPT[3]}${v:+, optimizer offloaded to the CPU} | ${s:-failed (see logs)} |"
+case $PART in
+0)
+  {
+    echo "GPU: $GPU (peak $PEAK TFLOPS)"
+    echo "nvcc: $( (command -v nvcc || ls /usr/local/cuda/bin/nvcc) 2>/dev/null | head -1 || echo missing)"
+    has_python_h && echo "Python.h: present" || echo "Python.h: missing (torch.compile cannot build its kernels)"
+    $PY -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "devices", torch.cuda.device_count())' 2>&1
+    echo "binaries: $BIN"
+  } | tee "$OUT/logs/env.txt"
+  if [[ -n "${DRY:-}" ]]; then
+    [[ -x $BIN/zlm_trainer_gpu_tests ]] && r="built, not run (dry: no GPU)" || r="failed: not built"
+    echo "| label gpu tests | $r | | | | |" >> "$table"
+  elif [[ -x $BIN/zlm_trainer_gpu_tests ]]; then
+    timeout "$(left 240)" $BIN/zlm_trainer_gpu_tests > "$OUT/logs/gpu_tests.log" 2>&1
+    rc=$?
+    log "label gpu tests: exit $rc"
+    echo "| label gpu tests (the fused loss's kernel vs the ATen loss) | $([[ $rc == 0 ]] && echo passed || echo "failed (see logs)") | | | | |" >> "$table"
+  else
+    echo "| label gpu tests | not built (no GoogleTest where the build was made) | | | | |" >> "$table"
+  fi
+  ;;
+1)
+  ours gpt2_124m "${S124[@]}" 240; row "GPT-2 124M" "zerolm pretrain_gpt" "$OUT/logs/gpt2_124m.jsonl" "${S124[0]}" "${S124[1]}"
+  base py_124m "${S124[@]}" 240; row "GPT-2 124M" "PyTorch eager" "$OUT/logs/py_124m.jsonl" "${S124[0]}" "${S124[1]}"
+  ;;
+2)
+  compiled pyc_124m "GPT-2 124M" "${S124[@]}" 300
+  ours gpt2_345m "${S345[@]}" 220; row "GPT-2 345M" "zerolm pretrain_gpt" "$OUT/logs/gpt2_345m.jsonl" "${S345[0]}" "${S345[1]}"
+  ;;
+3)
+  base py_345m "${S345[@]}" 200; row "GPT-2 345M" "PyTorch eager" "$OUT/logs/py_345m.jsonl" "${S345[0]}" "${S345[1]}"
+  compiled pyc_345m "GPT-2 345M" "${S345[@]}" 320
+  ;;
+4)
+  if [[ -n "${DRY:-}" ]]; then S1558=(3 64 4 2 4); else S1558=(48 1600 25 4 32); fi
+  ours gpt2_1558m "${S1558[@]}" 500 --checkpoint-activations
+  row "GPT-2 1.5B" "zerolm, no offload, activation checkpointing" "$OUT/logs/gpt2_1558m.jsonl" "${S1558[0]}" "${S1558[1]}"
+  ;;
+5)
+  # Host bytes per parameter with --bf16 and ZeRO-3 offload of optimizer and parameters: the
+  # 16-bit parameter shard (2), fp32 master weights, Adam m and v (12), the gradient shard (4).
+  # The largest shape whose 18 bytes per parameter take at most 80% of the available memory; one
+  # micro-batch per step (each parameter goes up twice per micro-batch: forward and recomputed backward).
+  avail=$(awk '/MemAvailable/ {print $2 * 1024}' /proc/meminfo)
+  if [[ -n "${DRY:-}" ]]; then SHAPES=("2 128 4" "2 64 4"); MB=2; else SHAPES=("32 4096 32" "40 3072 24" "32 2560 32" "48 1600 25"); MB=8; fi
+  picked=""
+  for shape in "${SHAPES[@]}"; do
+    read -r L h heads <<< "$shape"
+    n=$(( 12 * L * h * h + 50304 * h ))
+    if (( n * 18 <= avail * 8 / 10 )) || [[ -n "${DRY:-}" ]]; then picked=$shape; break; fi
+    log "offload: L=$L h=$h (~$(( n / 1000000 ))M parameters, $(( n * 18 / 1073741824 )) GiB on the host) does not fit $(( avail / 1073741824 )) GiB available"
   done
-  s=$(timeout 150 $PY tests/bench/baseline_optimizer.py time torch ${OPT[0]} ${OPT[1]} 50304 3 2>> "$OUT/logs/optimizer.log" |
+  if [[ -z $picked ]]; then
+    echo "| ZeRO-3 + CPU offload | no listed shape fits $(( avail / 1073741824 )) GiB | | | | |" >> "$table"
+  else
+    read -r L h heads <<< "$picked"
+    ITERS=4 LOGI=2
+    ours offload_${L}x$h $L $h $heads $MB $MB 500 --zero-stage 3 --cpu-offload --offload-params --checkpoint-activations
+    row "GPT-2-shaped L=$L h=$h" "zerolm ZeRO-3 + CPU offload (optimizer, parameters)" "$OUT/logs/offload_${L}x$h.jsonl" "$L" "$h"
+  fi
+  ;;
+6)
+  # The optimizer step alone (gradient norm, clipping, AdamW) of a 1.2B GPT-2: on the GPU, and
+  # with --offload on the host (what ZeRO-Offload's users see dominate), against PyTorch's fused
+  # AdamW on the host CPU (DeepSpeed's CPU Adam is compared on the CPU machine: bench_optimizer.sh).
+  if [[ -n "${DRY:-}" ]]; then OPT=(2 128 4 cpu); else OPT=(24 2048 16 cuda); fi
+  opt_secs() { sed -n 's/.*"seconds_per_step": \([0-9.e-]*\).*/\1/p' | xargs -r printf "%.4f"; }
+  {
+    echo
+    echo "| optimizer step, GPT-2 L=${OPT[0]} h=${OPT[1]}, vocab 50304 | s/step |"
+    echo "|---|---|"
+  } >> "$table"
+  for v in "" --offload; do
+    s=$(timeout "$(left 150)" $BIN/zlm_bench_optimizer --layers ${OPT[0]} --hidden ${OPT[1]} --heads ${OPT[2]} --device ${OPT[3]} --iters 3 $v \
+        2>> "$OUT/logs/optimizer.log" | tee -a "$OUT/logs/optimizer.log" | opt_secs)
+    echo "| zerolm on ${OPT[3]}${v:+, optimizer offloaded to the CPU} | ${s:-failed (see logs)} |" >> "$table"
+  done
+  s=$(timeout "$(left 150)" $PY tests/bench/baseline_optimizer.py time torch ${OPT[0]} ${OPT[1]} 50304 3 2>> "$OUT/logs/optimizer.log" |
       tee -a "$OUT/logs/optimizer.log" | opt_secs)
-  echo "| torch.optim.AdamW(fused=True) on the host CPU | ${s:-failed (see logs)} |"
-} >> "$table"
-fi
-cat "$table"
+  echo "| torch.optim.AdamW(fused=True) on the host CPU | ${s:-failed (see logs)} |" >> "$table"
+  ;;
+7)
+  # llm.c's token files: a 256-int32 header (magic 20240520, version 1, token count) and uint16 tokens.
+  LLMC=${LLMC_DIR:-.llmc}
+  $PY tests/bench/gpu/to_llmc.py "$DATA" "$OUT/llmc_tokens.bin" > "$OUT/logs/llmc_convert.log" 2>&1 || { log "llm.c: conversion failed"; }
+  if [[ -n "${DRY:-}" ]]; then
+    ok=$([[ -s $OUT/llmc_tokens.bin ]] && echo "converted, not run (dry: no GPU)" || echo "failed (see logs)")
+    echo "| GPT-2 124M | llm.c train_gpt2cu -e d12 | $ok | | | |" >> "$table"
+  elif [[ ! -f $LLMC/train_gpt2.cu ]]; then
+    log "llm.c: no copy at $LLMC (carry it: cp -r ../shared/anchors/llm.c .llmc, ignored by git)"
+    echo "| GPT-2 124M | llm.c | not carried (see logs) | | | |" >> "$table"
+  else
+    rm -rf "$OUT/llmc-build"; cp -r "$LLMC" "$OUT/llmc-build"
+    ( cd "$OUT/llmc-build" && PATH=$PATH:/usr/local/cuda/bin timeout "$(left 240)" make train_gpt2cu USE_CUDNN=0 NO_MULTI_GPU=1 GPU_COMPUTE_CAPABILITY=90 ) \
+      > "$OUT/logs/llmc_build.log" 2>&1 || log "llm.c: build failed (logs/llmc_build.log)"
+    B=${S124[3]} STEPS=30
+    timeout "$(left 240)" "$OUT/llmc-build/train_gpt2cu" -i "$OUT/llmc_tokens.bin" -j "$OUT/llmc_tokens.bin" -e d12 -b "$B" -t $SEQ \
+      -d $(( ${S124[4]} * SEQ )) -x $STEPS -v 100000 -s 100000 -h 0 > "$OUT/logs/llmc.log" 2>&1
+    log "llmc: exit $?"
+    $PY - "$OUT/logs/llmc.log" "$SEQ" "$PEAK" >> "$table" <<'PYEOF'
+import re, sys
+path, T, peak = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+toks = [float(m.group(1)) for m in re.finditer(r"\| ([0-9.]+) tok/s", open(path, errors="replace").read())]
+if len(toks) < 3:
+    print("| GPT-2 124M | llm.c train_gpt2cu -e d12 | failed (see logs) | | | |"); sys.exit()
+tok = sum(toks[2:]) / len(toks[2:])  # its own figures, after two warm-up steps
+n, L, h = 124_475_904 - T * 768, 12, 768  # d12 with the padded vocabulary (50304), without position embeddings
+print(f"| GPT-2 124M (124M) | llm.c train_gpt2cu -e d12 | {tok:,.0f} | {100 * tok * (6 * n + 12 * L * h * T) / (peak * 1e12):.1f}% | | |")
+PYEOF
+  fi
+  ;;
+*) echo "PART is 0-7" >&2; exit 2 ;;
+esac

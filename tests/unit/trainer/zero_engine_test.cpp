@@ -27,6 +27,7 @@
 #include "common/core/files.h"
 #include "common/core/output_file.h"
 #include "trainer/checkpoint/checkpoint.h"
+#include "trainer/model/tensor_parallel.h"
 #include "trainer/parallel/comm.h"
 #include "trainer/config/dist_env.h"
 #include "trainer/model/gpt2_model.h"
@@ -404,6 +405,12 @@ TEST(Comm, GlooCollectivesOnTwoRanks) {
   for (int r = 0; r < 2; ++r) EXPECT_TRUE(fs::exists(dir.path / ("ok." + std::to_string(r)))) << "rank " << r;
 }
 
+TEST(CrossEntropy, FusedTwinEqualsChunkedOverTwoVocabularyRanks) {
+  const TempDir dir("vocab_ce");
+  ASSERT_TRUE(run_ranks("vocab_ce", 2, dir));
+  for (int r = 0; r < 2; ++r) EXPECT_TRUE(fs::exists(dir.path / ("ok." + std::to_string(r)))) << "rank " << r;
+}
+
 // ZLM_P2P_RENDEZVOUS gives Gloo NCCL's point-to-point rules: messages are
 // matched by posting order whatever their tags, and two ranks that each post a
 // send alone before the receive the other waits for hang (here: fail after the
@@ -575,6 +582,37 @@ void worker_rendezvous(Comm& c, const fs::path& dir) {
   std::ofstream(dir / ("ok." + std::to_string(r))) << "ok\n";
 }
 
+// The fused loss's ATen twin against the chunked path with the vocabulary
+// split over 2 ranks (fp32, within 1e-6), and both against LibTorch's loss of
+// the whole logits: each rank's gradient is its columns of the whole one.
+void worker_vocab_ce(Comm& c, const fs::path& dir) {
+  const int r = c.rank();
+  torch::manual_seed(11);
+  const auto full = torch::randn({29, 40}) * 4;
+  const auto targets = torch::randint(40, {29}, torch::kLong);
+  auto whole = full.clone().requires_grad_(true);
+  const auto want = torch::nn::functional::cross_entropy(whole, targets, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kNone));
+  want.mean().backward();
+  const TensorParallel tp{&c, 2, r, false, nullptr};
+  torch::Tensor loss[2], grad[2];
+  for (int i = 0; i < 2; ++i) {
+    auto x = full.narrow(1, 20 * r, 20).clone().requires_grad_(true);
+    CeOptions o;
+    o.impl = i == 0 ? CeImpl::Chunked : CeImpl::Fused;
+    o.chunk_rows = 6;
+    o.chunk_cols = 7;
+    o.logits_dead = i == 1;
+    loss[i] = vocab_parallel_cross_entropy(x * 1, targets, tp, o);
+    loss[i].mean().backward();
+    grad[i] = x.grad();
+  }
+  expect_all(torch::allclose(loss[1], loss[0], 1e-6, 1e-6), "fused twin loss vs chunked on 2 vocabulary ranks");
+  expect_all(torch::allclose(grad[1], grad[0], 1e-6, 1e-8), "fused twin gradient vs chunked on 2 vocabulary ranks");
+  expect_all(torch::allclose(loss[1], want.detach(), 1e-6, 1e-6), "fused twin loss vs LibTorch's on the whole logits");
+  expect_all(torch::allclose(grad[1], whole.grad().narrow(1, 20 * r, 20), 1e-6, 1e-8), "fused twin gradient vs LibTorch's");
+  std::ofstream(dir / ("ok." + std::to_string(r))) << "ok\n";
+}
+
 int worker_main(const std::string& worker) {
   try {
     const fs::path dir = std::getenv("ZLM_TEST_DIR");
@@ -588,6 +626,7 @@ int worker_main(const std::string& worker) {
     if (worker == "collectives") worker_collectives(*comm, dir);
     else if (worker == "stages") worker_stages(*comm, dir);
     else if (worker == "memory") worker_memory(*comm, dir);
+    else if (worker == "vocab_ce") worker_vocab_ce(*comm, dir);
     else throw Error(ErrorKind::Usage, "unknown worker %s", worker.c_str());
     comm->shutdown();
     return 0;
