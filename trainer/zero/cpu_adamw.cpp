@@ -50,7 +50,9 @@ HWY_INLINE void store_bf16(DF d, VF v, void* out, size_t i) {
 
 template <CpuAdamW::Type O>
 HWY_INLINE void store_copy(DF d, VF p, void* out, size_t i) {
-  if constexpr (O == CpuAdamW::kBF16) {
+  if constexpr (O == CpuAdamW::kF32) {
+    hn::StoreU(p, d, static_cast<float*>(out) + i);
+  } else if constexpr (O == CpuAdamW::kBF16) {
     store_bf16(d, p, out, i);
   } else if constexpr (O == CpuAdamW::kF16) {
     const hn::Rebind<hwy::float16_t, DF> dh;
@@ -103,6 +105,7 @@ void run_grad(const Consts& c, int64_t n, float* p, float* m, float* v, const vo
   switch (out_type) {
     case CpuAdamW::kBF16: return run<G, CpuAdamW::kBF16>(c, n, p, m, v, g, out);
     case CpuAdamW::kF16: return run<G, CpuAdamW::kF16>(c, n, p, m, v, g, out);
+    case CpuAdamW::kF32: return run<G, CpuAdamW::kF32>(c, n, p, m, v, g, out);
     default: return run<G, CpuAdamW::kNone>(c, n, p, m, v, g, out);
   }
 }

@@ -7,8 +7,9 @@
 // Per element: the gradient (fp32, bf16 or fp16) times grad_scale (the loss
 // scale undone and the clipping factor, in fp32), torch.optim.AdamW's update of
 // the fp32 parameter and moments (decoupled weight decay, bias corrections),
-// and, when asked, the updated parameter rounded to nearest even into a 16-bit
-// copy (the one copied up to the device). One read of each input, one write of
+// and, when asked, the updated parameter into a copy: rounded to nearest even
+// for a 16-bit one (the one copied up to the device), as is for an fp32 one
+// (fp32 parameters kept apart from the master weights). One read of each input, one write of
 // each output, vectorised with Highway (the widest instructions this CPU has,
 // chosen at run time). Torch-free; callers split large ranges over threads at
 // multiples of kAlign elements, so that every element sees the same arithmetic
@@ -34,7 +35,7 @@ struct CpuAdamW {
   static constexpr int64_t kAlign = 64;  // split points are multiples of this
 };
 
-// `grad` is read (kF32, kBF16 or kF16); `copy16` (kBF16 or kF16, or kNone) is written.
+// `grad` is read (kF32, kBF16 or kF16); `copy16` (kF32, kBF16 or kF16, or kNone) is written.
 void cpu_adamw(const CpuAdamW::Settings& s, int64_t n, float* param, float* exp_avg, float* exp_avg_sq, CpuAdamW::Buffer grad,
                CpuAdamW::Buffer copy16);
 void cpu_adamw_reference(const CpuAdamW::Settings& s, int64_t n, float* param, float* exp_avg, float* exp_avg_sq, CpuAdamW::Buffer grad,

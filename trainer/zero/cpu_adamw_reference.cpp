@@ -37,6 +37,10 @@ float to_float(const void* data, CpuAdamW::Type type, int64_t i) {
 }
 
 void store16(float p, CpuAdamW::Buffer out, int64_t i) {
+  if (out.type == CpuAdamW::kF32) {
+    static_cast<float*>(out.data)[i] = p;
+    return;
+  }
   uint16_t bits = 0;
   if (out.type == CpuAdamW::kBF16) {
     uint32_t u;
@@ -63,7 +67,7 @@ void cpu_adamw_reference(const CpuAdamW::Settings& s, int64_t n, float* param, f
     m = std::fma(g - m, c.one_minus_b1, m);
     v = std::fma(g * g, c.one_minus_b2, v * c.b2);
     p = std::fma(-c.step_size, m / (std::sqrt(v) * c.inv_bc2_sqrt + c.eps), p);
-    if (copy16.type == CpuAdamW::kBF16 || copy16.type == CpuAdamW::kF16) store16(p, copy16, i);
+    if (copy16.type != CpuAdamW::kNone) store16(p, copy16, i);
   }
 }
 

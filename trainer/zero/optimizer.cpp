@@ -62,10 +62,10 @@ void ShardOptimizer::adamw(Bucket& k, const torch::Tensor& grad, double mult, do
   const bool scale = grad.scalar_type() != torch::kFloat || mult != 1.0;
   const bool fused_cpu = cpu_adamw_vectorized() && on_cpu_contiguous(k.master) && on_cpu_contiguous(grad) &&
                          cpu_type(grad) != CpuAdamW::kNone;
-  // Where the fused pass writes the 16-bit copy: the host staging buffer, or the parameters themselves when they are 16-bit on the CPU.
+  // Where the fused pass writes the parameters' copy: the host staging buffer, or the parameters themselves when they are on the CPU.
   const torch::Tensor copy_to = k.master_is_param ? torch::Tensor()
                                 : k.host_param.defined() ? k.host_param
-                                : publish && on_cpu_contiguous(own) && cpu_type(own) != CpuAdamW::kF32 && cpu_type(own) != CpuAdamW::kNone ? own
+                                : publish && on_cpu_contiguous(own) && cpu_type(own) != CpuAdamW::kNone ? own
                                 : torch::Tensor();
   const int64_t lo = k.own_begin, hi = std::min(k.own_begin + k.own_len, k.numel);
   const int64_t pieces[3] = {lo, std::clamp(k.decay_end, lo, std::max(lo, hi)), std::max(lo, hi)};

@@ -43,12 +43,12 @@ void expect_close(const torch::Tensor& a, const torch::Tensor& b, const char* wh
 
 TEST(CpuAdamW, EqualsTorchAdamWForEveryGradientAndCopyType) {
   for (auto grad_type : {torch::kFloat, torch::kBFloat16, torch::kHalf}) {
-    for (auto copy_type : {torch::kFloat /* none */, torch::kBFloat16, torch::kHalf}) {
+    for (auto copy_type : {torch::kDouble /* none */, torch::kFloat, torch::kBFloat16, torch::kHalf}) {
       for (int64_t n : {1, 15, 16, 17, 1000, 4099}) {
         SCOPED_TRACE(std::string(c10::toString(grad_type)) + " -> " + c10::toString(copy_type) + ", n " + std::to_string(n));
         const State start = random_state(n, grad_type, static_cast<int>(n));
         State ours = start.clone(), ref = start.clone();
-        torch::Tensor copy = copy_type == torch::kFloat ? torch::Tensor() : torch::empty({n}, copy_type);
+        torch::Tensor copy = copy_type == torch::kDouble ? torch::Tensor() : torch::empty({n}, copy_type);
         torch::Tensor copy_ref = copy.defined() ? torch::empty_like(copy) : torch::Tensor();
         const CpuAdamW::Buffer out{copy.defined() ? copy.data_ptr() : nullptr, copy.defined() ? type_of(copy_type) : CpuAdamW::kNone};
         const CpuAdamW::Buffer out_ref{copy_ref.defined() ? copy_ref.data_ptr() : nullptr, out.type};
@@ -61,9 +61,9 @@ TEST(CpuAdamW, EqualsTorchAdamWForEveryGradientAndCopyType) {
         expect_close(ours.m, t.m, "exp_avg vs torch");
         expect_close(ours.v, t.v, "exp_avg_sq vs torch");
         expect_close(ours.p, ref.p, "parameters vs the scalar reference");
-        if (copy.defined()) {  // exactly torch's rounding of our fp32 result
-          EXPECT_TRUE(torch::equal(copy, ours.p.to(copy_type))) << "16-bit copy";
-          EXPECT_TRUE(torch::equal(copy_ref, ref.p.to(copy_type))) << "reference's 16-bit copy";
+        if (copy.defined()) {  // exactly our fp32 result, or torch's rounding of it
+          EXPECT_TRUE(torch::equal(copy, ours.p.to(copy_type))) << "copy";
+          EXPECT_TRUE(torch::equal(copy_ref, ref.p.to(copy_type))) << "reference's copy";
         }
       }
     }
