@@ -1,0 +1,68 @@
+// Files written by Python's torch.save (the zip format of PyTorch 1.6 and
+// later: ARCHIVE/data.pkl, a pickle of protocol 2, and one record
+// ARCHIVE/data/KEY per tensor storage), read without Python and without
+// running pickled code: the pickle is interpreted into a tree of plain values
+// (PyValue), and a pickled call becomes data only for the few constructors a
+// checkpoint uses (OrderedDict, torch's tensor rebuilders, torch.Size,
+// _codecs.encode). Other classes that Megatron-LM and DeepSpeed checkpoints
+// hold (argparse.Namespace for Megatron's `args`, numpy arrays in its RNG
+// state, torch dtypes, Megatron's and DeepSpeed's enums and config objects)
+// become inert Object values: their class name, constructor arguments and
+// state, never instantiated. Any other global (os.system, builtins.eval, ...)
+// is refused by name.
+//
+//   PyValue v = load_torch_file("iter_0000100/mp_rank_00/model_optim_rng.pt");
+//   int64_t it = v.at("iteration").as_int();
+//   torch::Tensor w = v.at("model").at("embedding.word_embeddings.weight").as_tensor();
+//
+// Errors: zlm::Error(Format) naming the file and what is wrong (not a zip,
+// a truncated record, an unknown opcode, a refused global and where).
+#pragma once
+
+#include <torch/torch.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace zlm::trainer {
+
+struct PyValue {
+  enum class Kind { None, Bool, Int, Float, Str, Bytes, List, Tuple, Dict, Tensor, Global, Object };
+  Kind kind = Kind::None;
+  bool b = false;
+  int64_t i = 0;
+  double f = 0;
+  std::string s;  // Str, Bytes; Global and Object: the class, "module.name"
+  std::vector<std::shared_ptr<PyValue>> items;                                       // List, Tuple; Object: its arguments
+  std::vector<std::pair<std::shared_ptr<PyValue>, std::shared_ptr<PyValue>>> entries;  // Dict, in insertion order
+  std::shared_ptr<PyValue> state;                                                    // Object: what BUILD gave it
+  torch::Tensor tensor;
+
+  bool is(Kind k) const { return kind == k; }
+  // A Dict's value for a string key, or an Object's attribute (its state's
+  // entry, as argparse.Namespace keeps its fields); nullptr when absent.
+  const PyValue* find(std::string_view key) const;
+  // The same, throwing zlm::Error(Format) naming the key when absent.
+  const PyValue& at(std::string_view key) const;
+  int64_t as_int() const;  // Int or Bool
+  double as_float() const;  // Float or Int
+  const std::string& as_str() const;
+  const torch::Tensor& as_tensor() const;
+  // A short description for messages: "dict of 12", "tensor float32 [3, 4]", "argparse.Namespace".
+  std::string describe() const;
+};
+
+// Reads a torch.save file (messages name the path).
+PyValue load_torch_file(const std::string& path);
+
+// Interprets one pickle; `storage(key, dtype, numel)` supplies the tensor
+// storages its persistent ids name (torch.save's), and `where` names the
+// pickle in messages. (load_torch_file's engine; tests use it on raw pickles.)
+PyValue unpickle(std::string_view bytes, const std::function<torch::Tensor(const std::string&, torch::ScalarType, int64_t)>& storage,
+                 const std::string& where);
+
+}  // namespace zlm::trainer
