@@ -21,6 +21,7 @@
 #include "trainer/checkpoint/hf_export.h"
 #include "trainer/run/torch_errors.h"
 #include "trainer/checkpoint/checkpoint.h"
+#include "trainer/checkpoint/megatron_format.h"
 
 namespace {
 
@@ -66,11 +67,12 @@ int main(int argc, char** argv) {
   std::string load, export_dir, import_dir, save, vocab_file, merge_file, dump, tokens;
   int64_t divisible_by = 128;
   zlm::CommonFlags common;
-  CLI::App app{"Convert pretrain_gpt checkpoints to and from Hugging Face's GPT2LMHeadModel (safetensors)."};
-  app.add_option("--load", load, "pretrain_gpt checkpoint directory");
+  CLI::App app{"Convert pretrain_gpt checkpoints to and from Hugging Face's GPT2LMHeadModel (safetensors); read Megatron-LM's."};
+  app.add_option("--load", load, "pretrain_gpt checkpoint directory, or Megatron-LM's (--ckpt-format torch)");
   app.add_option("--export-hf", export_dir, "Write config.json + model.safetensors here");
   app.add_option("--import-hf", import_dir, "Read a GPT2LMHeadModel directory (float32 safetensors)");
-  app.add_option("--save", save, "With --import-hf: write the model as iteration 0 of a new pretrain_gpt checkpoint directory");
+  app.add_option("--save", save, "With --import-hf, or --load of a Megatron-LM checkpoint: write the model as iteration 0 of a new pretrain_gpt "
+                 "checkpoint directory");
   app.add_option("--vocab-file", vocab_file, "GPT-2 vocab.json, the unpadded vocabulary size (default: GPT-2's own)");
   app.add_option("--merge-file", merge_file, "GPT-2 merges.txt (default: GPT-2's own)");
   app.add_option("--make-vocab-size-divisible-by", divisible_by, "Padding for --import-hf")->capture_default_str();
@@ -79,8 +81,9 @@ int main(int argc, char** argv) {
   zlm::add_common_flags(app, common);
   return zlm::tool_main("convert_gpt", app, common, argc, argv, [&] { return zlm::trainer::with_torch_errors([&] { return zlm::run_with_stats("convert_gpt", common, [&](zlm::Stats& stats) {
     if (load.empty() == import_dir.empty()) throw zlm::Error(zlm::ErrorKind::Usage, "give exactly one of --load and --import-hf");
-    if (!save.empty() && import_dir.empty())
-      throw zlm::Error(zlm::ErrorKind::Usage, "--save writes an imported model: it needs --import-hf (a --load checkpoint is one already)");
+    if (!save.empty() && import_dir.empty() && !zlm::trainer::is_megatron_checkpoint(load))
+      throw zlm::Error(zlm::ErrorKind::Usage, "--save writes an imported model: it needs --import-hf or a Megatron-LM checkpoint (a --load "
+                       "checkpoint of ours is one already)");
     if (export_dir.empty() && dump.empty() && save.empty())
       throw zlm::Error(zlm::ErrorKind::Usage, "nothing to do: give --export-hf, --dump-logits%s", import_dir.empty() ? "" : " or --save");
     const std::string source = load.empty() ? import_dir : load;

@@ -12,6 +12,7 @@
 #include "common/core/log.h"
 #include "common/core/files.h"
 #include "common/core/output_file.h"
+#include "trainer/checkpoint/megatron_format.h"
 
 namespace zlm::trainer {
 
@@ -464,6 +465,9 @@ bool load_checkpoint(const TrainArgs& a, Gpt2& model, ZeroEngine& engine, Proces
                 tracker.string().c_str());
     return false;
   }
+  if (is_megatron_checkpoint(a.load))
+    throw Error(ErrorKind::Usage, "--load %s: a Megatron-LM checkpoint; resuming one directly is not done yet ---> HINT: convert_gpt "
+                "--load %s --save NEW_DIR, then --load NEW_DIR (its weights; Adam starts afresh)", a.load.c_str(), a.load.c_str());
   CheckpointReader r(a.load);
   const Gpt2Config& c = model->config();
   const Gpt2Config& s = r.config;
@@ -509,6 +513,7 @@ bool load_checkpoint(const TrainArgs& a, Gpt2& model, ZeroEngine& engine, Proces
 }
 
 Gpt2 load_model(const std::string& dir, int64_t* iteration) {
+  if (is_megatron_checkpoint(dir)) return load_megatron_model(dir, iteration);
   CheckpointReader r(dir);
   *iteration = r.iteration;
   Gpt2 model(r.config, ModelPart{}, ParamInit::Empty);  // every parameter is read below

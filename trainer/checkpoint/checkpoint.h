@@ -53,7 +53,7 @@ void save_model_checkpoint(const std::string& dir, Gpt2& model);
 bool load_checkpoint(const TrainArgs& a, Gpt2& model, ZeroEngine& engine, ProcessGrid& grid, RngTracker& rng, RunState& st);
 
 // The whole model of the latest checkpoint in `dir`, any layout (eval mode, on
-// CPU); sets *iteration. Throws zlm::Error naming the file when it is missing or damaged.
+// CPU); sets *iteration. A Megatron-LM checkpoint is read too (megatron_format.h). Throws zlm::Error naming the file when it is missing or damaged.
 Gpt2 load_model(const std::string& dir, int64_t* iteration);
 
 }  // namespace zlm::trainer

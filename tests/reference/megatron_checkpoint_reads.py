@@ -1,0 +1,200 @@
+"""Reference test: a checkpoint in Megatron-LM's layout (--ckpt-format torch)
+whose model is megatron-core's own GPTModel loads into convert_gpt with the
+same logits as megatron-core computes (fp32, within 1e-5).
+
+  megatron_checkpoint_reads.py BIN_DIR WORK_DIR
+
+megatron-core's GPTModel (local layer spec, tanh GELU as Megatron's default
+--bias-gelu-fusion computes it, tied embeddings, learned positions) is built
+and run on the CPU; its state_dict goes into iter_0000007/mp_rank_00/
+model_optim_rng.pt with the keys Megatron-LM's checkpointing writes (args as
+an argparse.Namespace, checkpoint_version 3.0, an RNG state holding numpy's).
+The same weights are also written cut for TP 2 x PP 2 by Megatron's rules
+(column-parallel layers cut along their rows, row-parallel along their
+columns, each stage numbering its layers from 0, the last stage holding its
+copy of the tied embedding as output_layer.weight): that layout is this
+script's, from those rules, not megatron-core's own run; so are the legacy
+names (language_model.encoder..., nested as Megatron's legacy model saves
+them, with Megatron-DeepSpeed's attention.query_key_value). Also checked: a
+checkpoint of erf GELU (--no-bias-gelu-fusion) is refused naming the flag.
+Exits 77 (skipped) when megatron-core is not installed.
+"""
+import argparse
+import contextlib
+import os
+import subprocess
+import sys
+
+from reference_env import fresh_dir, missing
+
+try:
+    import numpy as np
+    import torch
+    import torch.nn.functional as F
+    from megatron.core import parallel_state, tensor_parallel
+    from megatron.core.models.gpt import GPTModel
+    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
+    from megatron.core.transformer import TransformerConfig
+    import megatron.core.transformer.dot_product_attention as dpa
+except ImportError as e:  # pragma: no cover
+    missing(e, "megatron-core")
+
+bin_dir, work = sys.argv[1:3]
+fresh_dir(work)
+LAYERS, HIDDEN, HEADS, SEQ, VOCAB = 2, 64, 4, 16, 128
+
+# megatron-core on the CPU: a one-rank gloo group, and the few CUDA-only defaults bypassed
+# (the dropout RNG tracker's fork, the global memory buffer; the causal mask is given).
+os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+os.environ.setdefault("MASTER_PORT", str(29500 + os.getpid() % 1000))
+torch.distributed.init_process_group("gloo", rank=0, world_size=1)
+parallel_state.initialize_model_parallel(1, 1)
+
+
+class NoFork:
+    def fork(self, *a, **k):
+        return contextlib.nullcontext()
+
+
+tensor_parallel.get_cuda_rng_tracker = lambda *a, **k: NoFork()
+dpa.tensor_parallel.get_cuda_rng_tracker = tensor_parallel.get_cuda_rng_tracker
+
+
+class CpuBuffer:
+    def get_tensor(self, shape, dtype, name, *a, **k):
+        return torch.empty(shape, dtype=dtype)
+
+
+parallel_state._GLOBAL_MEMORY_BUFFER = CpuBuffer()
+
+torch.manual_seed(5)
+config = TransformerConfig(num_layers=LAYERS, hidden_size=HIDDEN, num_attention_heads=HEADS, use_cpu_initialization=True,
+                           activation_func=lambda x: F.gelu(x, approximate="tanh"), hidden_dropout=0.0, attention_dropout=0.0,
+                           init_method_std=0.02)
+model = GPTModel(config, get_gpt_layer_local_spec(), vocab_size=VOCAB, max_sequence_length=SEQ, position_embedding_type="learned_absolute",
+                 share_embeddings_and_output_weights=True)
+model.eval()
+with torch.no_grad():  # biases and LayerNorms away from their zero/one initial values, so that a mix-up shows
+    for name, p in model.named_parameters():
+        if name.endswith("bias") or "layernorm" in name:
+            p.add_(torch.randn_like(p) * 0.1)
+tokens = torch.tensor([[5, 17, 3, 99, 42, 0, 127, 8, 64, 31]])
+T = tokens.shape[1]
+mask = torch.triu(torch.ones(1, 1, T, T, dtype=torch.bool), diagonal=1)
+with torch.no_grad():
+    want = model(tokens, torch.arange(T).unsqueeze(0), mask)[0].float()  # (T, V)
+state = model.state_dict()
+
+
+def args(tp, pp, **extra):
+    a = dict(num_layers=LAYERS, hidden_size=HIDDEN, num_attention_heads=HEADS, max_position_embeddings=SEQ, padded_vocab_size=VOCAB,
+             tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp, bias_gelu_fusion=True, openai_gelu=False,
+             position_embedding_type="learned_absolute", normalization="LayerNorm", add_bias_linear=True, swiglu=False,
+             untie_embeddings_and_output_weights=False, group_query_attention=False, num_query_groups=None,
+             num_layers_per_virtual_pipeline_stage=None, params_dtype=torch.float32, seq_length=SEQ)
+    a.update(extra)
+    return argparse.Namespace(**a)
+
+
+def save(dir_, parts, tp, pp, **extra):
+    it = os.path.join(dir_, "iter_0000007")
+    for (t, p), sd in parts.items():
+        name = f"mp_rank_{t:02d}" + (f"_{p:03d}" if pp > 1 else "")
+        os.makedirs(os.path.join(it, name))
+        torch.save({"args": args(tp, pp, **extra), "checkpoint_version": 3.0, "iteration": 7, "model": sd,
+                    "rng_state": [{"random_rng_state": ("state", 3), "np_rng_state": np.random.get_state(),
+                                   "torch_rng_state": torch.get_rng_state(), "rng_tracker_states": {}}],
+                    "num_floating_point_operations_so_far": 0},
+                   os.path.join(it, name, "model_optim_rng.pt"))
+    with open(os.path.join(dir_, "latest_checkpointed_iteration.txt"), "w") as f:
+        f.write("7")
+
+
+def cut(sd, tp, pp):
+    """Megatron's TP x PP parts of a TP 1 state dict."""
+    per = LAYERS // pp
+    parts = {}
+    for t in range(tp):
+        for p in range(pp):
+            out = {}
+            for k, v in sd.items():
+                if k.startswith("decoder.layers."):
+                    layer = int(k.split(".")[2])
+                    if layer // per != p:
+                        continue
+                    k = "decoder.layers." + str(layer % per) + "." + k.split(".", 3)[3]
+                elif k.startswith("embedding."):
+                    if p != 0:
+                        continue
+                elif k.startswith("decoder.final_layernorm") or k.startswith("output_layer"):
+                    if p != pp - 1:
+                        continue
+                if v is None or not torch.is_tensor(v):
+                    out[k] = v
+                elif "linear_qkv" in k or "linear_fc1" in k or "word_embeddings" in k:
+                    out[k] = v.chunk(tp, 0)[t].clone()
+                elif ("linear_proj" in k or "linear_fc2" in k) and k.endswith("weight"):
+                    out[k] = v.chunk(tp, 1)[t].clone()
+                else:
+                    out[k] = v.clone()
+            if p == pp - 1 and pp > 1:
+                out["output_layer.weight"] = sd["embedding.word_embeddings.weight"].chunk(tp, 0)[t].clone()
+            parts[(t, p)] = out
+    return parts
+
+
+def legacy(sd):
+    """The same weights under Megatron's legacy GPT names, nested as its state_dict_for_save_checkpoint
+    nests them (language_model / embedding / encoder), Megatron-DeepSpeed's attention.* spelling."""
+    rename = [("input_layernorm", "input_layernorm"), ("self_attention.linear_qkv", "attention.query_key_value"),
+              ("self_attention.linear_proj", "attention.dense"), ("pre_mlp_layernorm", "post_attention_layernorm"),
+              ("mlp.linear_fc1", "mlp.dense_h_to_4h"), ("mlp.linear_fc2", "mlp.dense_4h_to_h")]
+    emb = {"word_embeddings": {"weight": sd["embedding.word_embeddings.weight"]},
+           "position_embeddings": {"weight": sd["embedding.position_embeddings.weight"]}}
+    enc = {}
+    for k, v in sd.items():
+        if k.startswith("decoder.layers.") and not k.endswith("_extra_state"):
+            rest = k[len("decoder.layers."):]
+            for a, b in rename:
+                rest = rest.replace("." + a + ".", "." + b + ".")
+            enc["layers." + rest] = v
+        elif k.startswith("decoder.final_layernorm."):
+            enc["final_layernorm." + k.split(".")[-1]] = v
+    return {"language_model": {"embedding": emb, "encoder": enc}}
+
+
+def logits_of(dir_):
+    out = os.path.join(work, "logits.txt")
+    subprocess.run([os.path.join(bin_dir, "convert_gpt"), "--load", dir_, "--dump-logits", out, "--tokens",
+                    " ".join(str(int(x)) for x in tokens[0]), "-q"], check=True)
+    return torch.tensor(np.loadtxt(out, dtype=np.float64), dtype=torch.float32)
+
+
+for tp, pp in [(1, 1), (2, 2)]:
+    d = os.path.join(work, f"tp{tp}pp{pp}")
+    save(d, cut(state, tp, pp) if (tp, pp) != (1, 1) else {(0, 0): state}, tp, pp)
+    got = logits_of(d)
+    assert got.shape == want.shape, (got.shape, want.shape)
+    diff = (got - want).abs().max().item()
+    assert torch.allclose(got, want, rtol=1e-5, atol=1e-5), f"TP {tp} x PP {pp}: logits differ by {diff}"
+    print(f"ok   TP {tp} x PP {pp}: logits of megatron-core's GPTModel within {diff:.1e}")
+
+ours = os.path.join(work, "ours")  # converted to our format: the same model
+subprocess.run([os.path.join(bin_dir, "convert_gpt"), "--load", os.path.join(work, "tp2pp2"), "--save", ours, "-q"], check=True)
+diff = (logits_of(ours) - want).abs().max().item()
+assert diff <= 1e-5, f"converted with convert_gpt --save: logits differ by {diff}"
+print(f"ok   convert_gpt --load (Megatron) --save: within {diff:.1e}")
+
+d = os.path.join(work, "legacy")
+save(d, {(0, 0): legacy(state)}, 1, 1)
+diff = (logits_of(d) - want).abs().max().item()
+assert diff <= 1e-5, f"legacy names: logits differ by {diff}"
+print(f"ok   legacy (nested, Megatron-DeepSpeed) names: within {diff:.1e}")
+
+d = os.path.join(work, "erf")
+save(d, {(0, 0): state}, 1, 1, bias_gelu_fusion=False)
+r = subprocess.run([os.path.join(bin_dir, "convert_gpt"), "--load", d, "--dump-logits", os.path.join(work, "x.txt"), "--tokens", "1"],
+                   capture_output=True, text=True)
+assert r.returncode != 0 and "--no-bias-gelu-fusion" in r.stderr, r.stderr
+print("ok   erf GELU refused:", next(l for l in r.stderr.splitlines() if "--no-bias-gelu-fusion" in l)[:160])
+torch.distributed.destroy_process_group()

@@ -1,0 +1,251 @@
+#include "trainer/checkpoint/megatron_format.h"
+
+#include <caffe2/serialize/inline_container.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <filesystem>
+#include <optional>
+
+#include "common/core/error.h"
+#include "common/core/files.h"
+#include "common/core/log.h"
+#include "trainer/checkpoint/torch_pickle.h"
+
+namespace zlm::trainer {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Tracked {
+  int64_t iteration = 0;
+  fs::path iter_dir;
+};
+
+// latest_checkpointed_iteration.txt: an iteration, or "release" (Megatron's released checkpoints).
+std::optional<Tracked> tracked(const std::string& dir) {
+  const fs::path tracker = fs::path(dir) / "latest_checkpointed_iteration.txt";
+  if (!fs::exists(tracker)) return std::nullopt;
+  std::string text = read_file(tracker.string());
+  while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back()))) text.pop_back();
+  if (text == "release") return Tracked{0, fs::path(dir) / "release"};
+  char* end = nullptr;
+  errno = 0;
+  const long it = std::strtol(text.c_str(), &end, 10);
+  if (text.empty() || *end != '\0' || it < 0 || errno == ERANGE) return std::nullopt;
+  char name[32];
+  std::snprintf(name, sizeof name, "iter_%07ld", it);
+  return Tracked{it, fs::path(dir) / name};
+}
+
+fs::path part_file(const fs::path& iter_dir, int64_t tp, int64_t pp, int64_t pp_size) {
+  char name[64];
+  if (pp_size > 1) std::snprintf(name, sizeof name, "mp_rank_%02ld_%03ld", static_cast<long>(tp), static_cast<long>(pp));
+  else std::snprintf(name, sizeof name, "mp_rank_%02ld", static_cast<long>(tp));
+  return iter_dir / name / "model_optim_rng.pt";
+}
+
+// A LibTorch archive (ours) has TorchScript's constants.pkl; a torch.save file does not.
+bool is_torch_save(const fs::path& file) {
+  try {
+    caffe2::serialize::PyTorchStreamReader zip(file.string());
+    return zip.hasRecord("data.pkl") && !zip.hasRecord("constants.pkl");
+  } catch (const c10::Error&) {
+    return false;
+  }
+}
+
+// Megatron's args: a field, or nullptr when this version of Megatron did not have it (or it is None).
+const PyValue* arg(const PyValue& args, const char* name) {
+  const PyValue* v = args.find(name);
+  return v && !v->is(PyValue::Kind::None) ? v : nullptr;
+}
+
+int64_t int_arg(const PyValue& args, const char* name, const std::string& file) {
+  const PyValue* v = arg(args, name);
+  if (!v) throw Error(ErrorKind::Format, "%s: its args have no %s, which gives the model's shape", file.c_str(), name);
+  return v->as_int();
+}
+
+// The architecture zerolm trains (GPT-2's); anything else is refused by the argument that says so.
+void check_architecture(const PyValue& args, const std::string& file) {
+  auto refuse = [&](const char* what, const char* why) {
+    throw Error(ErrorKind::Usage, "%s: a model with %s (%s), which zerolm does not train (it trains GPT-2: learned positions, LayerNorm, "
+                "GELU, biases, tied embeddings)", file.c_str(), what, why);
+  };
+  auto flag = [&](const char* name) {
+    const PyValue* v = arg(args, name);
+    return v && v->is(PyValue::Kind::Bool) && v->b;
+  };
+  auto text = [&](const char* name) -> std::string {
+    const PyValue* v = arg(args, name);
+    return v && v->is(PyValue::Kind::Str) ? v->s : "";
+  };
+  const std::string pos = text("position_embedding_type");
+  if (!pos.empty() && pos != "learned_absolute") refuse("position embeddings of another kind", ("--position-embedding-type " + pos).c_str());
+  const std::string norm = text("normalization");
+  if (!norm.empty() && norm != "LayerNorm") refuse("another normalization", ("--normalization " + norm).c_str());
+  if (flag("swiglu")) refuse("a SwiGLU MLP", "--swiglu");
+  if (flag("squared_relu")) refuse("a squared-ReLU MLP", "--squared-relu");
+  if (flag("untie_embeddings_and_output_weights")) refuse("an output layer of its own", "--untie-embeddings-and-output-weights");
+  if (const PyValue* b = arg(args, "add_bias_linear"); b && b->is(PyValue::Kind::Bool) && !b->b) refuse("no linear biases", "--disable-bias-linear");
+  if (flag("apply_residual_connection_post_layernorm"))
+    refuse("residuals after the LayerNorm", "--apply-residual-connection-post-layernorm");
+  if (flag("group_query_attention") && int_arg(args, "num_query_groups", file) != int_arg(args, "num_attention_heads", file))
+    refuse("grouped-query attention", "--group-query-attention");
+  if (arg(args, "num_layers_per_virtual_pipeline_stage"))
+    throw Error(ErrorKind::Usage, "%s: a checkpoint of an interleaved pipeline (--num-layers-per-virtual-pipeline-stage) is not read yet",
+                file.c_str());
+  // Megatron's GELU: --bias-gelu-fusion (its default) and --openai-gelu compute the tanh
+  // approximation, as zerolm does; plain F.gelu (--no-bias-gelu-fusion alone) is erf.
+  const PyValue* fusion = arg(args, "bias_gelu_fusion");
+  if (fusion && fusion->is(PyValue::Kind::Bool) && !fusion->b && !flag("openai_gelu"))
+    refuse("erf GELU", "--no-bias-gelu-fusion without --openai-gelu");
+}
+
+// Megatron's name of one part's tensor -> ours (layer numbers made global), "" for
+// entries without weights (_extra_state); throws for what zerolm has no place for.
+std::string our_name(const std::string& name, int64_t layer_offset, bool last_of_stages, const std::string& file) {
+  if (name.ends_with("_extra_state")) return "";
+  // The last pipeline stage's copy of the tied embedding (megatron-core's output_layer, the legacy
+  // word_embeddings_for_head): the first stage's is the one read.
+  if (last_of_stages && (name == "output_layer.weight" || name == "word_embeddings_for_head.weight")) return "";
+  auto strip = [&](std::initializer_list<const char*> prefixes, std::string& rest) {
+    for (const char* p : prefixes)
+      if (name.rfind(p, 0) == 0) {
+        rest = name.substr(std::strlen(p));
+        return true;
+      }
+    return false;
+  };
+  std::string rest;
+  if (strip({"embedding.word_embeddings.", "language_model.embedding.word_embeddings."}, rest)) return "wte." + rest;
+  if (strip({"embedding.position_embeddings.", "language_model.embedding.position_embeddings."}, rest)) return "wpe." + rest;
+  if (strip({"decoder.final_layernorm.", "language_model.encoder.final_layernorm.", "language_model.transformer.final_layernorm."}, rest))
+    return "ln_f." + rest;
+  if (strip({"decoder.layers.", "language_model.encoder.layers.", "language_model.transformer.layers."}, rest)) {
+    const size_t dot = rest.find('.');
+    char* end = nullptr;
+    const long layer = std::strtol(rest.c_str(), &end, 10);
+    if (dot != std::string::npos && end == rest.c_str() + dot) {
+      const std::string sub = rest.substr(dot + 1);
+      static const std::pair<const char*, const char*> map[] = {
+          {"input_layernorm.", "ln1."}, {"self_attention.linear_qkv.layer_norm_", "ln1."},  // Transformer Engine's fused LayerNorm
+          {"self_attention.linear_qkv.", "attn_qkv."}, {"self_attention.query_key_value.", "attn_qkv."},
+          {"attention.query_key_value.", "attn_qkv."}, {"self_attention.linear_proj.", "attn_proj."},
+          {"self_attention.dense.", "attn_proj."}, {"attention.dense.", "attn_proj."},
+          {"pre_mlp_layernorm.", "ln2."}, {"post_attention_layernorm.", "ln2."}, {"mlp.linear_fc1.layer_norm_", "ln2."},
+          {"mlp.linear_fc1.", "mlp_fc."}, {"mlp.dense_h_to_4h.", "mlp_fc."}, {"mlp.linear_fc2.", "mlp_proj."}, {"mlp.dense_4h_to_h.", "mlp_proj."}};
+      for (const auto& [theirs, ours] : map)
+        if (sub.rfind(theirs, 0) == 0) return "blocks." + std::to_string(layer + layer_offset) + "." + ours + sub.substr(std::strlen(theirs));
+    }
+  }
+  if (name == "output_layer.weight")
+    throw Error(ErrorKind::Usage, "%s: an output layer of its own (untied embeddings), which zerolm does not train", file.c_str());
+  throw Error(ErrorKind::Format, "%s: '%s' is no tensor of a GPT-2 that zerolm knows", file.c_str(), name.c_str());
+}
+
+// Nested state dicts (Megatron's legacy state_dict_for_save_checkpoint) flattened with dots.
+void flatten(const PyValue& v, const std::string& prefix, std::vector<std::pair<std::string, const PyValue*>>& out) {
+  if (!v.is(PyValue::Kind::Dict)) {
+    out.emplace_back(prefix, &v);
+    return;
+  }
+  for (const auto& [k, child] : v.entries) flatten(*child, prefix.empty() ? k->as_str() : prefix + "." + k->as_str(), out);
+}
+
+// Megatron's fused QKV rows, per head [q_h | k_h | v_h], -> ours, [q of every head | k | v].
+torch::Tensor qkv_to_ours(const torch::Tensor& t, int64_t heads) {
+  std::vector<int64_t> shape = t.sizes().vec(), split{heads, 3, t.size(0) / (3 * heads)};
+  split.insert(split.end(), shape.begin() + 1, shape.end());
+  return t.reshape(split).transpose(0, 1).reshape(shape).contiguous();
+}
+
+}  // namespace
+
+bool is_megatron_checkpoint(const std::string& dir) {
+  const auto t = tracked(dir);
+  if (!t) return false;
+  for (const fs::path& f : {part_file(t->iter_dir, 0, 0, 1), part_file(t->iter_dir, 0, 0, 2)})
+    if (fs::exists(f)) return is_torch_save(f);
+  return false;
+}
+
+MegatronModel read_megatron_model(const std::string& dir) {
+  const auto t = tracked(dir);
+  if (!t) throw Error(ErrorKind::Usage, "%s: no Megatron checkpoint (no readable latest_checkpointed_iteration.txt)", dir.c_str());
+  MegatronModel m;
+  m.iteration = t->iteration;
+  fs::path first = part_file(t->iter_dir, 0, 0, 1);
+  if (!fs::exists(first)) first = part_file(t->iter_dir, 0, 0, 2);
+  PyValue head = load_torch_file(first.string());
+  const PyValue& args = head.at("args");
+  const std::string where = first.string();
+  check_architecture(args, where);
+  if (const PyValue* v = head.find("checkpoint_version"); v && v->as_float() < 2.0)
+    throw Error(ErrorKind::Usage, "%s: checkpoint_version %g stores the fused QKV in an older order; convert it with Megatron's tools first",
+                where.c_str(), v->as_float());
+  m.tp = int_arg(args, "tensor_model_parallel_size", where);
+  m.pp = int_arg(args, "pipeline_model_parallel_size", where);
+  Gpt2Config& c = m.config;
+  c.num_layers = int_arg(args, "num_layers", where);
+  c.hidden = int_arg(args, "hidden_size", where);
+  c.heads = int_arg(args, "num_attention_heads", where);
+  c.max_positions = int_arg(args, "max_position_embeddings", where);
+  c.vocab_size = int_arg(args, "padded_vocab_size", where);
+  c.hidden_dropout = c.attention_dropout = 0;
+  if (m.tp < 1 || m.pp < 1 || c.num_layers % m.pp != 0 || c.heads % m.tp != 0)
+    throw Error(ErrorKind::Format, "%s: %ld layers and %ld heads do not split over TP %ld x PP %ld", where.c_str(), (long)c.num_layers,
+                (long)c.heads, (long)m.tp, (long)m.pp);
+  std::map<std::string, std::vector<torch::Tensor>> parts;  // our name -> one tensor per TP rank
+  for (int64_t pp = 0; pp < m.pp; ++pp)
+    for (int64_t tp = 0; tp < m.tp; ++tp) {
+      const fs::path file = part_file(t->iter_dir, tp, pp, m.pp);
+      if (!fs::exists(file)) throw Error(ErrorKind::Format, "%s: missing (the checkpoint was saved with TP %ld x PP %ld)", file.c_str(), (long)m.tp, (long)m.pp);
+      const PyValue part = tp == 0 && pp == 0 ? std::move(head) : load_torch_file(file.string());
+      if (part.find("model0")) throw Error(ErrorKind::Usage, "%s: an interleaved pipeline's checkpoint (model0, model1, ...) is not read yet", file.c_str());
+      std::vector<std::pair<std::string, const PyValue*>> flat;
+      flatten(part.at("model"), "", flat);
+      for (const auto& [name, value] : flat) {
+        const std::string ours = our_name(name, pp * (c.num_layers / m.pp), m.pp > 1 && pp == m.pp - 1, file.string());
+        if (ours.empty()) continue;
+        auto& slot = parts[ours];
+        if (static_cast<int64_t>(slot.size()) != tp)
+          throw Error(ErrorKind::Format, "%s: %s appears twice, or not in every tensor-parallel part", file.c_str(), name.c_str());
+        slot.push_back(value->as_tensor().to(torch::kFloat));
+      }
+    }
+  for (auto& [name, p] : parts) {
+    if (static_cast<int64_t>(p.size()) != m.tp)
+      throw Error(ErrorKind::Format, "%s: %s is in %zu of the %ld tensor-parallel parts", dir.c_str(), name.c_str(), p.size(), (long)m.tp);
+    const TpSplit split = Gpt2Impl::tp_split(name);
+    torch::Tensor whole = split.dim < 0 ? p[0] : torch::cat(p, split.dim);  // Megatron's parts are plain cuts of its order
+    if (name.find("attn_qkv.") != std::string::npos) whole = qkv_to_ours(whole, c.heads);
+    m.params[name] = whole;
+  }
+  return m;
+}
+
+Gpt2 load_megatron_model(const std::string& dir, int64_t* iteration) {
+  MegatronModel m = read_megatron_model(dir);
+  *iteration = m.iteration;
+  Gpt2 model(m.config, ModelPart{}, ParamInit::Empty);
+  torch::NoGradGuard no_grad;
+  for (auto& item : model->named_parameters()) {
+    auto it = m.params.find(item.key());
+    if (it == m.params.end()) throw Error(ErrorKind::Format, "%s: the checkpoint has no %s", dir.c_str(), item.key().c_str());
+    if (it->second.sizes() != item.value().sizes())
+      throw Error(ErrorKind::Format, "%s: %s is %s in the checkpoint, %s by its args", dir.c_str(), item.key().c_str(),
+                  c10::str(it->second.sizes()).c_str(), c10::str(item.value().sizes()).c_str());
+    item.value().copy_(it->second);
+    m.params.erase(it);
+  }
+  if (!m.params.empty()) throw Error(ErrorKind::Format, "%s: %s has no place in the model its args describe", dir.c_str(), m.params.begin()->first.c_str());
+  ZLM_LOG_INF(" read Megatron-LM checkpoint %s at iteration %ld (saved with TP %ld x PP %ld)", dir.c_str(), (long)m.iteration, (long)m.tp,
+              (long)m.pp);
+  model->eval();
+  return model;
+}
+
+}  // namespace zlm::trainer

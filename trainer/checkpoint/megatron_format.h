@@ -1,0 +1,45 @@
+// Megatron-LM's checkpoints as `--ckpt-format torch` writes them (and
+// Megatron-DeepSpeed without --deepspeed): DIR/latest_checkpointed_iteration.txt
+// names ITER, and DIR/iter_ITER/mp_rank_TT[_PPP]/model_optim_rng.pt, one
+// torch.save file per tensor- and pipeline-parallel part, holds `model` (the
+// part's state dict), `iteration`, `checkpoint_version` and `args`.
+//
+// Both naming schemes Megatron has used for GPT are read: megatron-core's
+// GPTModel (embedding.word_embeddings.weight,
+// decoder.layers.N.self_attention.linear_qkv.weight, ...) and the legacy one
+// (language_model.embedding..., language_model.encoder.layers.N.
+// self_attention.query_key_value.weight; Megatron-DeepSpeed's attention.*),
+// nested or flat. The parts are joined along Megatron's splits; the fused QKV
+// rows go from Megatron's order (per head: its q, k and v rows) to ours ([q of
+// every head | k | v]); layer numbers become global from the pipeline stage.
+// The shape comes from `args`. A model zerolm does not train (rotary or no
+// position embeddings, RMSNorm, SwiGLU, grouped-query attention, untied output
+// weights, no linear biases, erf GELU) is refused naming the argument.
+// What is read: the weights. Optimizer state, RNG and data position are not
+// (yet) carried over.
+#pragma once
+
+#include <map>
+#include <string>
+
+#include "trainer/model/gpt2_model.h"
+
+namespace zlm::trainer {
+
+// Whether `dir`'s tracked checkpoint is one Megatron-LM wrote (its first part
+// is a torch.save file, not a LibTorch archive of ours). False when `dir` has
+// no tracker or the file is missing (our reader then says what is wrong).
+bool is_megatron_checkpoint(const std::string& dir);
+
+struct MegatronModel {
+  Gpt2Config config;
+  int64_t iteration = 0;
+  int64_t tp = 1, pp = 1;                        // the layout it was saved in
+  std::map<std::string, torch::Tensor> params;  // our names, whole-model fp32 tensors
+};
+MegatronModel read_megatron_model(const std::string& dir);
+
+// The whole model (eval mode, CPU) of a Megatron-LM checkpoint directory.
+Gpt2 load_megatron_model(const std::string& dir, int64_t* iteration);
+
+}  // namespace zlm::trainer
