@@ -2,7 +2,7 @@
 whose model is megatron-core's own GPTModel loads into convert_gpt with the
 same logits as megatron-core computes (fp32, within 1e-5).
 
-  megatron_checkpoint_reads.py BIN_DIR WORK_DIR
+  megatron_checkpoint_reads.py BIN_DIR DATA_DIR WORK_DIR
 
 megatron-core's GPTModel (local layer spec, tanh GELU as Megatron's default
 --bias-gelu-fusion computes it, tied embeddings, learned positions) is built
@@ -39,9 +39,9 @@ try:
 except ImportError as e:  # pragma: no cover
     missing(e, "megatron-core")
 
-bin_dir, work = sys.argv[1:3]
+bin_dir, data_dir, work = sys.argv[1:4]
 fresh_dir(work)
-LAYERS, HIDDEN, HEADS, SEQ, VOCAB = 2, 64, 4, 16, 128
+LAYERS, HIDDEN, HEADS, SEQ, VOCAB = 2, 64, 4, 16, 50304  # GPT-2's vocabulary padded as Megatron pads it
 
 # megatron-core on the CPU: a one-rank gloo group, and the few CUDA-only defaults bypassed
 # (the dropout RNG tracker's fork, the global memory buffer; the causal mask is given).
@@ -78,7 +78,7 @@ with torch.no_grad():  # biases and LayerNorms away from their zero/one initial 
     for name, p in model.named_parameters():
         if name.endswith("bias") or "layernorm" in name:
             p.add_(torch.randn_like(p) * 0.1)
-tokens = torch.tensor([[5, 17, 3, 99, 42, 0, 127, 8, 64, 31]])
+tokens = torch.tensor([[5, 17, 3, 99, 42, 0, 50256, 8, 6400, 31]])
 T = tokens.shape[1]
 mask = torch.triu(torch.ones(1, 1, T, T, dtype=torch.bool), diagonal=1)
 with torch.no_grad():
@@ -184,6 +184,32 @@ subprocess.run([os.path.join(bin_dir, "convert_gpt"), "--load", os.path.join(wor
 diff = (logits_of(ours) - want).abs().max().item()
 assert diff <= 1e-5, f"converted with convert_gpt --save: logits differ by {diff}"
 print(f"ok   convert_gpt --load (Megatron) --save: within {diff:.1e}")
+
+# pretrain_gpt --load on the Megatron directory itself: one iteration at a learning rate of 1e-30 from
+# iteration 7 (1e-30: no weight moves in fp32), saved as iteration 8, is still megatron-core's model.
+# Its own rendezvous: not this script's gloo group's address (the launcher picks a free port).
+child_env = {k: v for k, v in os.environ.items() if k not in ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK")}
+child_env["OMP_NUM_THREADS"] = "1"
+for name, layout in [("one process", []), ("TP 2 on 2 processes", ["--nproc-per-node", "2", "--tensor-model-parallel-size", "2"])]:
+    resumed = os.path.join(work, "resumed" + str(len(layout)))
+    r = subprocess.run([os.path.join(bin_dir, "pretrain_gpt")] + layout +
+                       ["--num-layers", str(LAYERS), "--hidden-size", str(HIDDEN),
+                        "--num-attention-heads", str(HEADS), "--seq-length", str(SEQ), "--max-position-embeddings", str(SEQ),
+                        "--micro-batch-size", "2", "--global-batch-size", "2", "--train-iters", "8", "--lr", "1e-30",
+                        "--data-path", os.path.join(data_dir, "megatron", "meg-gpt2-openwebtext_text_document"),
+                        "--vocab-file", os.path.join(data_dir, "gpt2", "gpt2-vocab.json"),
+                        "--merge-file", os.path.join(data_dir, "gpt2", "gpt2-merges.txt"), "--split", "949,50,1",
+                        "--eval-iters", "0", "--hidden-dropout", "0", "--attention-dropout", "0", "--log-interval", "1",
+                        "--load", os.path.join(work, "tp2pp2"), "--save", resumed, "--data-cache-path", os.path.join(work, "cache")],
+                       capture_output=True, text=True, env=child_env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "Megatron-LM checkpoint" in r.stderr and "iteration 7" in r.stderr, r.stderr[-2000:]
+    with open(os.path.join(resumed, "latest_checkpointed_iteration.txt")) as f:
+        assert f.read().strip() == "8"
+    got = logits_of(resumed)[:, :VOCAB]  # TP 2 pads the vocabulary further (to 50432): its extra rows are padding
+    diff = (got - want).abs().max().item()
+    assert diff <= 1e-5, f"pretrain_gpt --load (Megatron), {name}, one step at lr 1e-30: logits differ by {diff}"
+    print(f"ok   pretrain_gpt --load (Megatron, TP 2 x PP 2), {name}: resumed at iteration 7, saved 8, within {diff:.1e}")
 
 d = os.path.join(work, "legacy")
 save(d, {(0, 0): legacy(state)}, 1, 1)

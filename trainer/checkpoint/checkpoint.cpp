@@ -282,6 +282,46 @@ void check_vocabulary(const CheckpointReader& r, const Gpt2Config& run, int64_t 
                                           : "add embedding rows that were never trained");
 }
 
+// A Megatron-LM checkpoint (megatron_format.h): its weights, cut for this rank,
+// its iteration and consumed samples; Adam's moments start at zero.
+bool load_megatron_checkpoint(const TrainArgs& a, Gpt2& model, ZeroEngine& engine, ProcessGrid& grid, RunState& st) {
+  MegatronModel m = read_megatron_model(a.load);
+  const Gpt2Config& c = model->config();
+  const Gpt2Config& s = m.config;
+  if (s.num_layers != c.num_layers || s.hidden != c.hidden || s.heads != c.heads || s.max_positions != c.max_positions)
+    throw Error(ErrorKind::Usage, "--load %s: a Megatron checkpoint of %ld layers, hidden %ld, %ld heads, %ld positions; this run has %ld, %ld, "
+                "%ld, %ld", a.load.c_str(), (long)s.num_layers, (long)s.hidden, (long)s.heads, (long)s.max_positions, (long)c.num_layers,
+                (long)c.hidden, (long)c.heads, (long)c.max_positions);
+  if (s.vocab_size != c.vocab_size && grid.world().rank() == 0)
+    ZLM_LOG_WRN("WARNING: the checkpoint's padded vocabulary has %ld rows, this run's %ld; padding rows %s", (long)s.vocab_size,
+                (long)c.vocab_size, s.vocab_size > c.vocab_size ? "dropped" : "added (copies of the last row)");
+  ZeroEngine::FullState full;
+  for (const auto& item : model->named_parameters()) {
+    const std::string& local = item.key();
+    const std::string g = model->global_name(local);
+    auto it = m.params.find(g);
+    if (it == m.params.end()) throw Error(ErrorKind::Format, "--load %s: the checkpoint has no %s", a.load.c_str(), g.c_str());
+    torch::Tensor w = g == "wte.weight" ? fit_vocab(it->second, c.vocab_size, true) : it->second;
+    w = tp_slice(w, Gpt2Impl::tp_split(local), grid.tp_size(), grid.tp_rank());
+    if (w.sizes() != item.value().sizes())
+      throw Error(ErrorKind::Usage, "--load %s: %s is %s there, %s in this run", a.load.c_str(), g.c_str(), c10::str(w.sizes()).c_str(),
+                  c10::str(item.value().sizes()).c_str());
+    full.params[local] = w;
+    full.exp_avg[local] = torch::zeros_like(w);
+    full.exp_avg_sq[local] = torch::zeros_like(w);
+  }
+  full.step = 0;
+  engine.load_state(full);
+  st.iteration = m.iteration;
+  st.consumed_train = m.consumed_train;
+  st.consumed_valid = m.consumed_valid;
+  if (grid.world().rank() == 0)
+    ZLM_LOG_WRN("WARNING: --load %s is a Megatron-LM checkpoint (saved with TP %ld x PP %ld): its weights, iteration %ld and %ld consumed "
+                "samples are read; Adam's moments and the dropout streams start afresh", a.load.c_str(), (long)m.tp, (long)m.pp,
+                (long)m.iteration, (long)m.consumed_train);
+  return true;
+}
+
 }  // namespace
 
 namespace {
@@ -465,9 +505,7 @@ bool load_checkpoint(const TrainArgs& a, Gpt2& model, ZeroEngine& engine, Proces
                 tracker.string().c_str());
     return false;
   }
-  if (is_megatron_checkpoint(a.load))
-    throw Error(ErrorKind::Usage, "--load %s: a Megatron-LM checkpoint; resuming one directly is not done yet ---> HINT: convert_gpt "
-                "--load %s --save NEW_DIR, then --load NEW_DIR (its weights; Adam starts afresh)", a.load.c_str(), a.load.c_str());
+  if (is_megatron_checkpoint(a.load)) return load_megatron_checkpoint(a, model, engine, grid, st);
   CheckpointReader r(a.load);
   const Gpt2Config& c = model->config();
   const Gpt2Config& s = r.config;

@@ -195,6 +195,13 @@ MegatronModel read_megatron_model(const std::string& dir) {
   c.max_positions = int_arg(args, "max_position_embeddings", where);
   c.vocab_size = int_arg(args, "padded_vocab_size", where);
   c.hidden_dropout = c.attention_dropout = 0;
+  auto samples = [&](const char* name, int64_t per_iteration) {
+    const PyValue* v = arg(args, name);
+    return v ? v->as_int() : m.iteration * per_iteration;
+  };
+  const PyValue* gbs = arg(args, "global_batch_size");
+  m.consumed_train = samples("consumed_train_samples", gbs ? gbs->as_int() : 0);
+  m.consumed_valid = samples("consumed_valid_samples", 0);
   if (m.tp < 1 || m.pp < 1 || c.num_layers % m.pp != 0 || c.heads % m.tp != 0)
     throw Error(ErrorKind::Format, "%s: %ld layers and %ld heads do not split over TP %ld x PP %ld", where.c_str(), (long)c.num_layers,
                 (long)c.heads, (long)m.tp, (long)m.pp);

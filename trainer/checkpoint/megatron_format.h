@@ -15,8 +15,9 @@
 // The shape comes from `args`. A model zerolm does not train (rotary or no
 // position embeddings, RMSNorm, SwiGLU, grouped-query attention, untied output
 // weights, no linear biases, erf GELU) is refused naming the argument.
-// What is read: the weights. Optimizer state, RNG and data position are not
-// (yet) carried over.
+// What is read: the weights, the iteration and the samples consumed (Megatron
+// keeps them in args). The optimizer state and RNG streams are not (yet): a
+// run resumed from one starts Adam afresh.
 #pragma once
 
 #include <map>
@@ -35,6 +36,7 @@ struct MegatronModel {
   Gpt2Config config;
   int64_t iteration = 0;
   int64_t tp = 1, pp = 1;                        // the layout it was saved in
+  int64_t consumed_train = 0, consumed_valid = 0;  // samples (args.consumed_*_samples; else iteration x global batch)
   std::map<std::string, torch::Tensor> params;  // our names, whole-model fp32 tensors
 };
 MegatronModel read_megatron_model(const std::string& dir);
