@@ -15,7 +15,10 @@ columns, each stage numbering its layers from 0, the last stage holding its
 copy of the tied embedding as output_layer.weight): that layout is this
 script's, from those rules, not megatron-core's own run; so are the legacy
 names (language_model.encoder..., nested as Megatron's legacy model saves
-them, with Megatron-DeepSpeed's attention.query_key_value). Also checked: a
+them, with Megatron-DeepSpeed's attention.query_key_value). And the other
+way: convert_gpt --export-megatron writes a checkpoint that torch.load reads
+and a fresh megatron-core GPTModel loads with strict=True, with the same
+logits. Also checked: a
 checkpoint of erf GELU (--no-bias-gelu-fusion) is refused naming the flag.
 Exits 77 (skipped) when megatron-core is not installed.
 """
@@ -210,6 +213,29 @@ for name, layout in [("one process", []), ("TP 2 on 2 processes", ["--nproc-per-
     diff = (got - want).abs().max().item()
     assert diff <= 1e-5, f"pretrain_gpt --load (Megatron), {name}, one step at lr 1e-30: logits differ by {diff}"
     print(f"ok   pretrain_gpt --load (Megatron, TP 2 x PP 2), {name}: resumed at iteration 7, saved 8, within {diff:.1e}")
+
+# The other way: convert_gpt --export-megatron writes Megatron's format, which torch.load reads (also
+# with weights_only and the Namespace allowed, as megatron-core registers it) and a fresh megatron-core
+# GPTModel loads strictly, giving the same logits.
+exported = os.path.join(work, "exported")
+subprocess.run([os.path.join(bin_dir, "convert_gpt"), "--load", ours, "--export-megatron", exported, "-q"], check=True)
+with open(os.path.join(exported, "latest_checkpointed_iteration.txt")) as f:
+    it = int(f.read())
+path = os.path.join(exported, f"iter_{it:07d}", "mp_rank_00", "model_optim_rng.pt")
+ck = torch.load(path, map_location="cpu", weights_only=False)
+with torch.serialization.safe_globals([argparse.Namespace]):
+    torch.load(path, map_location="cpu", weights_only=True)
+assert ck["args"].num_layers == LAYERS and ck["args"].padded_vocab_size == VOCAB and ck["checkpoint_version"] == 3.0, ck["args"]
+torch.manual_seed(99)  # other initial weights: everything must come from the file
+fresh = GPTModel(config, get_gpt_layer_local_spec(), vocab_size=VOCAB, max_sequence_length=SEQ, position_embedding_type="learned_absolute",
+                 share_embeddings_and_output_weights=True)
+fresh.load_state_dict(ck["model"], strict=True)
+fresh.eval()
+with torch.no_grad():
+    back = fresh(tokens, torch.arange(T).unsqueeze(0), mask)[0].float()
+diff = (back - want).abs().max().item()
+assert diff <= 1e-5, f"--export-megatron: megatron-core's logits of the exported model differ by {diff}"
+print(f"ok   convert_gpt --export-megatron: megatron-core loads it strictly, logits within {diff:.1e}")
 
 d = os.path.join(work, "legacy")
 save(d, {(0, 0): legacy(state)}, 1, 1)

@@ -64,7 +64,7 @@ uint64_t dump_logits(zlm::trainer::Gpt2& model, const std::vector<int64_t>& ids,
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string load, export_dir, import_dir, save, vocab_file, merge_file, dump, tokens;
+  std::string load, export_dir, import_dir, save, vocab_file, merge_file, dump, tokens, export_megatron;
   int64_t divisible_by = 128;
   zlm::CommonFlags common;
   CLI::App app{"Convert pretrain_gpt checkpoints to and from Hugging Face's GPT2LMHeadModel (safetensors); read Megatron-LM's."};
@@ -76,6 +76,7 @@ int main(int argc, char** argv) {
   app.add_option("--vocab-file", vocab_file, "GPT-2 vocab.json, the unpadded vocabulary size (default: GPT-2's own)");
   app.add_option("--merge-file", merge_file, "GPT-2 merges.txt (default: GPT-2's own)");
   app.add_option("--make-vocab-size-divisible-by", divisible_by, "Padding for --import-hf")->capture_default_str();
+  app.add_option("--export-megatron", export_megatron, "Write the model as Megatron-LM's checkpoint (--ckpt-format torch, TP 1, PP 1) in this new directory");
   app.add_option("--dump-logits", dump, "Write the logits of --tokens to FILE");
   app.add_option("--tokens", tokens, "Space-separated token ids for --dump-logits");
   zlm::add_common_flags(app, common);
@@ -84,8 +85,8 @@ int main(int argc, char** argv) {
     if (!save.empty() && import_dir.empty() && !zlm::trainer::is_megatron_checkpoint(load))
       throw zlm::Error(zlm::ErrorKind::Usage, "--save writes an imported model: it needs --import-hf or a Megatron-LM checkpoint (a --load "
                        "checkpoint of ours is one already)");
-    if (export_dir.empty() && dump.empty() && save.empty())
-      throw zlm::Error(zlm::ErrorKind::Usage, "nothing to do: give --export-hf, --dump-logits%s", import_dir.empty() ? "" : " or --save");
+    if (export_dir.empty() && dump.empty() && save.empty() && export_megatron.empty())
+      throw zlm::Error(zlm::ErrorKind::Usage, "nothing to do: give --export-hf, --export-megatron, --dump-logits%s", import_dir.empty() ? "" : " or --save");
     const std::string source = load.empty() ? import_dir : load;
     zlm::check_distinct_paths({{"--dump-logits", dump}, {"--stats-out", common.stats_out}},
                               {{"--vocab-file", vocab_file}, {"--merge-file", merge_file}});
@@ -107,6 +108,10 @@ int main(int argc, char** argv) {
       zlm::trainer::save_model_checkpoint(save, model);
       ZLM_LOG_INF("saved %s as iteration 0 of %s (Adam starts afresh): pretrain_gpt --load %s continues from it", source.c_str(),
                   save.c_str(), save.c_str());
+    }
+    if (!export_megatron.empty()) {
+      zlm::trainer::save_megatron_checkpoint(export_megatron, model, iteration);
+      ZLM_LOG_INF("exported %s (iteration %ld) as Megatron-LM's checkpoint in %s", source.c_str(), (long)iteration, export_megatron.c_str());
     }
     if (!dump.empty())
       stats.set("logit_rows", dump_logits(model, parse_token_ids(tokens, model->config().vocab_size, model->config().max_positions), dump));

@@ -162,6 +162,13 @@ torch::Tensor qkv_to_ours(const torch::Tensor& t, int64_t heads) {
   return t.reshape(split).transpose(0, 1).reshape(shape).contiguous();
 }
 
+// Ours, [q of every head | k | v], -> Megatron's, per head [q_h | k_h | v_h].
+torch::Tensor qkv_to_megatron(const torch::Tensor& t, int64_t heads) {
+  std::vector<int64_t> shape = t.sizes().vec(), split{3, heads, t.size(0) / (3 * heads)};
+  split.insert(split.end(), shape.begin() + 1, shape.end());
+  return t.reshape(split).transpose(0, 1).reshape(shape).contiguous();
+}
+
 }  // namespace
 
 bool is_megatron_checkpoint(const std::string& dir) {
@@ -253,6 +260,84 @@ Gpt2 load_megatron_model(const std::string& dir, int64_t* iteration) {
               (long)m.pp);
   model->eval();
   return model;
+}
+
+void save_megatron_checkpoint(const std::string& dir, Gpt2& model, int64_t iteration) {
+  if (fs::exists(fs::path(dir) / "latest_checkpointed_iteration.txt"))
+    throw Error(ErrorKind::Usage, "%s already holds a checkpoint: an exported model starts a new directory", dir.c_str());
+  const Gpt2Config& c = model->config();
+  std::map<std::string, torch::Tensor> ours;
+  for (const auto& item : model->named_parameters()) ours[item.key()] = item.value().detach().to(torch::kFloat);
+  auto state = py_dict();
+  auto put = [&](const std::string& name, const std::shared_ptr<PyValue>& v) { state->entries.emplace_back(py_str(name), v); };
+  auto weights = [&](const std::string& theirs, const std::string& mine, bool extra) {
+    for (const char* part : {"weight", "bias"}) {
+      auto it = ours.find(mine + "." + part);
+      if (it == ours.end()) continue;
+      put(theirs + "." + part, py_tensor(mine.ends_with("attn_qkv") ? qkv_to_megatron(it->second, c.heads) : it->second));
+    }
+    if (extra) put(theirs + "._extra_state", py_none());  // what megatron-core's linear layers save
+  };
+  weights("embedding.word_embeddings", "wte", false);
+  weights("embedding.position_embeddings", "wpe", false);
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    const std::string t = "decoder.layers." + std::to_string(l) + ".", o = "blocks." + std::to_string(l) + ".";
+    weights(t + "input_layernorm", o + "ln1", false);
+    weights(t + "self_attention.linear_proj", o + "attn_proj", true);
+    weights(t + "self_attention.linear_qkv", o + "attn_qkv", true);
+    weights(t + "pre_mlp_layernorm", o + "ln2", false);
+    weights(t + "mlp.linear_fc1", o + "mlp_fc", true);
+    weights(t + "mlp.linear_fc2", o + "mlp_proj", true);
+  }
+  weights("decoder.final_layernorm", "ln_f", false);
+  put("output_layer._extra_state", py_none());
+
+  auto args = py_dict();
+  auto arg_of = [&](const char* name, const std::shared_ptr<PyValue>& v) { args->entries.emplace_back(py_str(name), v); };
+  arg_of("num_layers", py_int(c.num_layers));
+  arg_of("hidden_size", py_int(c.hidden));
+  arg_of("ffn_hidden_size", py_int(4 * c.hidden));
+  arg_of("num_attention_heads", py_int(c.heads));
+  arg_of("kv_channels", py_int(c.hidden / c.heads));
+  arg_of("max_position_embeddings", py_int(c.max_positions));
+  arg_of("seq_length", py_int(c.max_positions));
+  arg_of("padded_vocab_size", py_int(c.vocab_size));
+  arg_of("tensor_model_parallel_size", py_int(1));
+  arg_of("pipeline_model_parallel_size", py_int(1));
+  arg_of("position_embedding_type", py_str("learned_absolute"));
+  arg_of("normalization", py_str("LayerNorm"));
+  arg_of("layernorm_epsilon", py_float(1e-5));
+  arg_of("add_bias_linear", py_bool(true));
+  arg_of("bias_gelu_fusion", py_bool(true));
+  arg_of("openai_gelu", py_bool(false));
+  arg_of("swiglu", py_bool(false));
+  arg_of("untie_embeddings_and_output_weights", py_bool(false));
+  arg_of("group_query_attention", py_bool(false));
+  arg_of("apply_residual_connection_post_layernorm", py_bool(false));
+  arg_of("params_dtype", py_global("torch.float32"));
+  arg_of("iteration", py_int(iteration));
+  arg_of("consumed_train_samples", py_int(0));
+  arg_of("consumed_valid_samples", py_int(0));
+
+  PyValue top;
+  top.kind = PyValue::Kind::Dict;
+  top.entries.emplace_back(py_str("args"), py_namespace(args));
+  top.entries.emplace_back(py_str("checkpoint_version"), py_float(3.0));
+  top.entries.emplace_back(py_str("iteration"), py_int(iteration));
+  top.entries.emplace_back(py_str("model"), state);
+  char name[32];
+  std::snprintf(name, sizeof name, "iter_%07ld", static_cast<long>(iteration));
+  const fs::path part = fs::path(dir) / name / "mp_rank_00";
+  fs::create_directories(part);
+  save_torch_file((part / "model_optim_rng.pt").string(), top);
+  const fs::path tracker = fs::path(dir) / "latest_checkpointed_iteration.txt";
+  {
+    const std::string tmp = tracker.string() + ".tmp";
+    std::FILE* f = std::fopen(tmp.c_str(), "w");
+    if (!f || std::fprintf(f, "%ld", static_cast<long>(iteration)) < 0 || std::fclose(f) != 0)
+      throw Error(ErrorKind::Io, "%s: cannot write it", tmp.c_str());
+    fs::rename(tmp, tracker);  // last: the checkpoint is complete before the tracker names it
+  }
 }
 
 }  // namespace zlm::trainer

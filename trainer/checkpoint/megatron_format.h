@@ -44,4 +44,12 @@ MegatronModel read_megatron_model(const std::string& dir);
 // The whole model (eval mode, CPU) of a Megatron-LM checkpoint directory.
 Gpt2 load_megatron_model(const std::string& dir, int64_t* iteration);
 
+// Writes a whole model as Megatron-LM's checkpoint of `iteration` in a new
+// directory: one part (TP 1, PP 1), megatron-core's GPTModel names (with the
+// _extra_state entries its linear layers save), Megatron's fused QKV order,
+// fp32 weights, and args that describe the model (its shape, learned
+// positions, LayerNorm, the default fused bias-GELU: tanh, as ours). What
+// Megatron's loader needs to continue from it; it has no optimizer state.
+void save_megatron_checkpoint(const std::string& dir, Gpt2& model, int64_t iteration);
+
 }  // namespace zlm::trainer

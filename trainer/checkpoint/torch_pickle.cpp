@@ -2,8 +2,11 @@
 
 #include <caffe2/serialize/inline_container.h>
 
+#include <unistd.h>
+
 #include <array>
 #include <cstring>
+#include <filesystem>
 #include <map>
 #include <unordered_map>
 
@@ -489,6 +492,210 @@ PyValue load_torch_file(const std::string& path) {
   };
   auto [pkl, size] = record("data.pkl");
   return unpickle(std::string_view(static_cast<const char*>(pkl.get()), size), storage, path + " (data.pkl)");
+}
+
+}  // namespace zlm::trainer
+
+namespace zlm::trainer {
+
+namespace {
+
+// Protocol-2 pickling of a PyValue tree, with tensors as torch.save's persistent storages.
+class Pickler {
+ public:
+  std::string out;
+  std::vector<torch::Tensor> storages;  // record data/<index>
+
+  void value(const PyValue& v) {
+    using K = PyValue::Kind;
+    switch (v.kind) {
+      case K::None: op('N'); break;
+      case K::Bool: op(v.b ? 0x88 : 0x89); break;
+      case K::Int: integer(v.i); break;
+      case K::Float: {
+        uint64_t u;
+        std::memcpy(&u, &v.f, 8);
+        op('G');
+        for (int k = 7; k >= 0; --k) out.push_back(static_cast<char>((u >> (8 * k)) & 0xFF));
+        break;
+      }
+      case K::Str: str(v.s); break;
+      case K::Tuple:
+        op('(');
+        for (const auto& x : v.items) value(*x);
+        op('t');
+        break;
+      case K::List:
+        op(']');
+        if (v.items.empty()) break;
+        op('(');
+        for (const auto& x : v.items) value(*x);
+        op('e');  // APPENDS
+        break;
+      case K::Dict: {
+        global("collections", "OrderedDict");
+        op(')');
+        op('R');
+        items(v);
+        break;
+      }
+      case K::Tensor: tensor(v.tensor); break;
+      case K::Global: {
+        const size_t dot = v.s.rfind('.');
+        global(v.s.substr(0, dot), v.s.substr(dot + 1));
+        break;
+      }
+      case K::Object: {
+        if (v.s != "argparse.Namespace" || !v.state) throw Error(ErrorKind::Internal, "save_torch_file: cannot write a %s", v.s.c_str());
+        global("argparse", "Namespace");
+        op(')');
+        op(0x81);  // NEWOBJ
+        op('}');
+        items(*v.state);
+        op('b');  // BUILD
+        break;
+      }
+      default: throw Error(ErrorKind::Internal, "save_torch_file: cannot write a %s", v.describe().c_str());
+    }
+  }
+
+ private:
+  void op(int c) { out.push_back(static_cast<char>(c)); }
+  void u32(uint32_t n) {
+    for (int k = 0; k < 4; ++k) out.push_back(static_cast<char>((n >> (8 * k)) & 0xFF));
+  }
+  void str(const std::string& s) {
+    op('X');
+    u32(static_cast<uint32_t>(s.size()));
+    out += s;
+  }
+  void integer(int64_t i) {
+    if (i >= INT32_MIN && i <= INT32_MAX) {
+      op('J');
+      u32(static_cast<uint32_t>(static_cast<int32_t>(i)));
+      return;
+    }
+    op(0x8a);  // LONG1, 8 bytes little-endian two's complement
+    out.push_back(8);
+    for (int k = 0; k < 8; ++k) out.push_back(static_cast<char>((static_cast<uint64_t>(i) >> (8 * k)) & 0xFF));
+  }
+  void global(const std::string& module, const std::string& name) {
+    op('c');
+    out += module + "\n" + name + "\n";
+  }
+  void items(const PyValue& d) {
+    if (d.entries.empty()) return;
+    op('(');
+    for (const auto& [k, x] : d.entries) {
+      value(*k);
+      value(*x);
+    }
+    op('u');
+  }
+  void ints(c10::IntArrayRef v) {
+    op('(');
+    for (int64_t x : v) integer(x);
+    op('t');
+  }
+  void tensor(const torch::Tensor& t) {
+    static const std::map<torch::ScalarType, const char*> names{{torch::kFloat, "FloatStorage"}, {torch::kDouble, "DoubleStorage"},
+                                                                {torch::kHalf, "HalfStorage"},   {torch::kBFloat16, "BFloat16Storage"},
+                                                                {torch::kLong, "LongStorage"},   {torch::kInt, "IntStorage"},
+                                                                {torch::kByte, "ByteStorage"},   {torch::kBool, "BoolStorage"}};
+    auto name = names.find(t.scalar_type());
+    if (name == names.end()) throw Error(ErrorKind::Internal, "save_torch_file: no storage class for %s", c10::toString(t.scalar_type()));
+    torch::Tensor c = t.detach().to(torch::kCPU).contiguous();
+    const std::string key = std::to_string(storages.size());
+    storages.push_back(c);
+    global("torch._utils", "_rebuild_tensor_v2");
+    op('(');
+    op('(');  // the persistent id: ('storage', class, key, location, numel)
+    str("storage");
+    global("torch", name->second);
+    str(key);
+    str("cpu");
+    integer(c.numel());
+    op('t');
+    op('Q');  // BINPERSID
+    integer(0);
+    ints(c.sizes());
+    ints(c.strides());
+    op(0x89);  // requires_grad False
+    global("collections", "OrderedDict");
+    op(')');
+    op('R');
+    op('t');
+    op('R');
+  }
+};
+
+std::shared_ptr<PyValue> make_value(PyValue::Kind k) {
+  auto v = std::make_shared<PyValue>();
+  v->kind = k;
+  return v;
+}
+
+}  // namespace
+
+std::shared_ptr<PyValue> py_int(int64_t i) {
+  auto v = make_value(PyValue::Kind::Int);
+  v->i = i;
+  return v;
+}
+std::shared_ptr<PyValue> py_float(double f) {
+  auto v = make_value(PyValue::Kind::Float);
+  v->f = f;
+  return v;
+}
+std::shared_ptr<PyValue> py_bool(bool b) {
+  auto v = make_value(PyValue::Kind::Bool);
+  v->b = b;
+  return v;
+}
+std::shared_ptr<PyValue> py_str(std::string s) {
+  auto v = make_value(PyValue::Kind::Str);
+  v->s = std::move(s);
+  return v;
+}
+std::shared_ptr<PyValue> py_none() { return make_value(PyValue::Kind::None); }
+std::shared_ptr<PyValue> py_tensor(torch::Tensor t) {
+  auto v = make_value(PyValue::Kind::Tensor);
+  v->tensor = std::move(t);
+  return v;
+}
+std::shared_ptr<PyValue> py_global(std::string name) {
+  auto v = make_value(PyValue::Kind::Global);
+  v->s = std::move(name);
+  return v;
+}
+std::shared_ptr<PyValue> py_dict() { return make_value(PyValue::Kind::Dict); }
+std::shared_ptr<PyValue> py_namespace(std::shared_ptr<PyValue> fields) {
+  auto v = make_value(PyValue::Kind::Object);
+  v->s = "argparse.Namespace";
+  v->state = std::move(fields);
+  return v;
+}
+
+void save_torch_file(const std::string& path, const PyValue& v) {
+  Pickler p;
+  p.out = "\x80\x02";
+  p.value(v);
+  p.out.push_back('.');
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  try {
+    caffe2::serialize::PyTorchStreamWriter zip(tmp);
+    zip.writeRecord("data.pkl", p.out.data(), p.out.size());
+    zip.writeRecord("byteorder", "little", 6);
+    for (size_t k = 0; k < p.storages.size(); ++k) {
+      const torch::Tensor& t = p.storages[k];
+      zip.writeRecord("data/" + std::to_string(k), t.data_ptr(), static_cast<size_t>(t.numel()) * t.element_size());
+    }
+    zip.writeEndOfFile();
+  } catch (const c10::Error& e) {
+    std::filesystem::remove(tmp);
+    throw Error(ErrorKind::Io, "%s: cannot write it: %s", path.c_str(), e.what_without_backtrace());
+  }
+  std::filesystem::rename(tmp, path);
 }
 
 }  // namespace zlm::trainer

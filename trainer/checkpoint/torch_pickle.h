@@ -59,6 +59,25 @@ struct PyValue {
 // Reads a torch.save file (messages name the path).
 PyValue load_torch_file(const std::string& path);
 
+// Writes `v` as torch.save does (a zip of data.pkl, protocol 2, and one storage
+// record per tensor), to a temporary name renamed when complete. Takes None,
+// Bool, Int, Float, Str, Tuple, List, Dict (str keys; written as an
+// OrderedDict), Tensor, Global (written as the global it names: a torch dtype)
+// and Object of argparse.Namespace (its state dict). Python reads it with
+// torch.load.
+void save_torch_file(const std::string& path, const PyValue& v);
+
+// Value builders for save_torch_file.
+std::shared_ptr<PyValue> py_int(int64_t i);
+std::shared_ptr<PyValue> py_float(double f);
+std::shared_ptr<PyValue> py_bool(bool b);
+std::shared_ptr<PyValue> py_str(std::string s);
+std::shared_ptr<PyValue> py_none();
+std::shared_ptr<PyValue> py_tensor(torch::Tensor t);
+std::shared_ptr<PyValue> py_global(std::string name);  // "torch.float32"
+std::shared_ptr<PyValue> py_dict();                    // then ->entries.emplace_back(py_str(key), value)
+std::shared_ptr<PyValue> py_namespace(std::shared_ptr<PyValue> fields);  // argparse.Namespace(**fields)
+
 // Interprets one pickle; `storage(key, dtype, numel)` supplies the tensor
 // storages its persistent ids name (torch.save's), and `where` names the
 // pickle in messages. (load_torch_file's engine; tests use it on raw pickles.)

@@ -102,6 +102,41 @@ TEST(TorchPickle, NamesTheFileOfATruncatedOrForeignOne) {
   fs::remove(dir);
 }
 
+// save_torch_file's output read back (Python's torch.load reading it is the
+// reference test tests/reference/megatron_checkpoint_reads.py).
+TEST(TorchPickle, WritesWhatItReads) {
+  auto d = py_dict();
+  auto put = [&](const char* k, std::shared_ptr<PyValue> v) { d->entries.emplace_back(py_str(k), std::move(v)); };
+  put("w", py_tensor(torch::arange(6, torch::kFloat).view({2, 3}).t()));  // written contiguous
+  put("h", py_tensor(torch::ones({3}, torch::kBFloat16)));
+  put("big", py_int(int64_t{1} << 40));
+  put("neg", py_int(-7));
+  put("x", py_float(0.1));
+  put("none", py_none());
+  auto fields = py_dict();
+  fields->entries.emplace_back(py_str("num_layers"), py_int(2));
+  fields->entries.emplace_back(py_str("params_dtype"), py_global("torch.float32"));
+  put("args", py_namespace(fields));
+  auto list = std::make_shared<PyValue>();
+  list->kind = K::List;
+  list->items = {py_int(1), py_str("two")};
+  put("list", list);
+  const fs::path file = fs::temp_directory_path() / ("zlm_pickle_write_" + std::to_string(getpid()) + ".pt");
+  save_torch_file(file.string(), *d);
+  const PyValue v = load_torch_file(file.string());
+  fs::remove(file);
+  EXPECT_TRUE(torch::equal(v.at("w").as_tensor(), torch::arange(6, torch::kFloat).view({2, 3}).t()));
+  EXPECT_TRUE(torch::equal(v.at("h").as_tensor(), torch::ones({3}, torch::kBFloat16)));
+  EXPECT_EQ(v.at("big").as_int(), int64_t{1} << 40);
+  EXPECT_EQ(v.at("neg").as_int(), -7);
+  EXPECT_EQ(v.at("x").as_float(), 0.1);
+  EXPECT_TRUE(v.at("none").is(K::None));
+  EXPECT_EQ(v.at("args").at("num_layers").as_int(), 2);
+  EXPECT_EQ(v.at("args").at("params_dtype").s, "torch.float32");
+  ASSERT_EQ(v.at("list").items.size(), 2u);
+  EXPECT_EQ(v.at("list").items[1]->as_str(), "two");
+}
+
 // Raw pickles (protocol 2 opcodes a zip's data.pkl never holds, and damage).
 TEST(TorchPickle, RawPicklesAndTheirDamage) {
   auto none = [](const std::string&, torch::ScalarType, int64_t) -> torch::Tensor { throw Error(ErrorKind::Internal, "no storage"); };
