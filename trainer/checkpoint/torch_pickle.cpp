@@ -629,51 +629,29 @@ class Pickler {
   }
 };
 
-std::shared_ptr<PyValue> make_value(PyValue::Kind k) {
+template <typename Set>
+std::shared_ptr<PyValue> made(PyValue::Kind k, Set&& set) {
   auto v = std::make_shared<PyValue>();
   v->kind = k;
+  set(*v);
   return v;
 }
 
 }  // namespace
 
-std::shared_ptr<PyValue> py_int(int64_t i) {
-  auto v = make_value(PyValue::Kind::Int);
-  v->i = i;
-  return v;
-}
-std::shared_ptr<PyValue> py_float(double f) {
-  auto v = make_value(PyValue::Kind::Float);
-  v->f = f;
-  return v;
-}
-std::shared_ptr<PyValue> py_bool(bool b) {
-  auto v = make_value(PyValue::Kind::Bool);
-  v->b = b;
-  return v;
-}
-std::shared_ptr<PyValue> py_str(std::string s) {
-  auto v = make_value(PyValue::Kind::Str);
-  v->s = std::move(s);
-  return v;
-}
-std::shared_ptr<PyValue> py_none() { return make_value(PyValue::Kind::None); }
-std::shared_ptr<PyValue> py_tensor(torch::Tensor t) {
-  auto v = make_value(PyValue::Kind::Tensor);
-  v->tensor = std::move(t);
-  return v;
-}
-std::shared_ptr<PyValue> py_global(std::string name) {
-  auto v = make_value(PyValue::Kind::Global);
-  v->s = std::move(name);
-  return v;
-}
-std::shared_ptr<PyValue> py_dict() { return make_value(PyValue::Kind::Dict); }
+std::shared_ptr<PyValue> py_int(int64_t i) { return made(PyValue::Kind::Int, [&](PyValue& v) { v.i = i; }); }
+std::shared_ptr<PyValue> py_float(double f) { return made(PyValue::Kind::Float, [&](PyValue& v) { v.f = f; }); }
+std::shared_ptr<PyValue> py_bool(bool b) { return made(PyValue::Kind::Bool, [&](PyValue& v) { v.b = b; }); }
+std::shared_ptr<PyValue> py_str(std::string s) { return made(PyValue::Kind::Str, [&](PyValue& v) { v.s = std::move(s); }); }
+std::shared_ptr<PyValue> py_none() { return made(PyValue::Kind::None, [](PyValue&) {}); }
+std::shared_ptr<PyValue> py_tensor(torch::Tensor t) { return made(PyValue::Kind::Tensor, [&](PyValue& v) { v.tensor = std::move(t); }); }
+std::shared_ptr<PyValue> py_global(std::string name) { return made(PyValue::Kind::Global, [&](PyValue& v) { v.s = std::move(name); }); }
+std::shared_ptr<PyValue> py_dict() { return made(PyValue::Kind::Dict, [](PyValue&) {}); }
 std::shared_ptr<PyValue> py_namespace(std::shared_ptr<PyValue> fields) {
-  auto v = make_value(PyValue::Kind::Object);
-  v->s = "argparse.Namespace";
-  v->state = std::move(fields);
-  return v;
+  return made(PyValue::Kind::Object, [&](PyValue& v) {
+    v.s = "argparse.Namespace";
+    v.state = std::move(fields);
+  });
 }
 
 void save_torch_file(const std::string& path, const PyValue& v) {
