@@ -28,8 +28,8 @@ Writes one JSON line per iteration (loss, seconds) from the rank that has the lo
 """
 import json
 import os
-import socket
 import sys
+import tempfile
 import time
 
 import numpy as np
@@ -153,10 +153,11 @@ def clip(params, max_norm, shared_sq_fn):
         p.grad.mul_(coef)
 
 
-def worker(rank, a, port, world):
+def worker(rank, a, store_file, world):
     torch.set_num_threads(1)
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+    # A file rendezvous: no port to pick (a port found free and then closed could be taken by
+    # another job's connection before the group binds it).
+    dist.init_process_group("gloo", init_method="file://" + store_file, rank=rank, world_size=world)
     mode, ckpt, data, index = a[0], a[1], a[2], a[3]
     L, H, HEADS, SEQ, MICRO, GLOBAL, ITERS = map(int, a[4:11])
     LR, CLIP, out = float(a[11]), float(a[12]), a[13]
@@ -269,12 +270,9 @@ def worker(rank, a, port, world):
 
 
 def main():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
     world = int(os.environ.get("WORLD", "2")) if sys.argv[1] == "dp" else 2
-    mp.spawn(worker, args=(sys.argv[1:], port, world), nprocs=world, join=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        mp.spawn(worker, args=(sys.argv[1:], os.path.join(tmp, "rendezvous"), world), nprocs=world, join=True)
 
 
 if __name__ == "__main__":

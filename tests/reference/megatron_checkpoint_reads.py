@@ -48,9 +48,8 @@ LAYERS, HIDDEN, HEADS, SEQ, VOCAB = 2, 64, 4, 16, 50304  # GPT-2's vocabulary pa
 
 # megatron-core on the CPU: a one-rank gloo group, and the few CUDA-only defaults bypassed
 # (the dropout RNG tracker's fork, the global memory buffer; the causal mask is given).
-os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-os.environ.setdefault("MASTER_PORT", str(29500 + os.getpid() % 1000))
-torch.distributed.init_process_group("gloo", rank=0, world_size=1)
+# (a file rendezvous: no port to pick)
+torch.distributed.init_process_group("gloo", init_method="file://" + os.path.join(work, "rendezvous"), rank=0, world_size=1)
 parallel_state.initialize_model_parallel(1, 1)
 
 
@@ -190,7 +189,7 @@ print(f"ok   convert_gpt --load (Megatron) --save: within {diff:.1e}")
 
 # pretrain_gpt --load on the Megatron directory itself: one iteration at a learning rate of 1e-30 from
 # iteration 7 (1e-30: no weight moves in fp32), saved as iteration 8, is still megatron-core's model.
-# Its own rendezvous: not this script's gloo group's address (the launcher picks a free port).
+# pretrain_gpt's own rendezvous (its launcher binds a free port and hands it to rank 0).
 child_env = {k: v for k, v in os.environ.items() if k not in ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK")}
 child_env["OMP_NUM_THREADS"] = "1"
 for name, layout in [("one process", []), ("TP 2 on 2 processes", ["--nproc-per-node", "2", "--tensor-model-parallel-size", "2"])]:
