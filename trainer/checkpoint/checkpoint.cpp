@@ -29,11 +29,9 @@ struct Layout {
   bool operator==(const Layout&) const = default;
 };
 
-std::string iter_name(int64_t it) { return strprintf("iter_%07ld", static_cast<long>(it)); }
+std::string iter_name(int64_t it) { return megatron_iter_name(it); }
 
-std::string shard_name(const Layout& lay, int64_t tp_rank, int64_t pp_rank) {
-  return lay.pp > 1 ? strprintf("mp_rank_%02ld_%03ld", (long)tp_rank, (long)pp_rank) : strprintf("mp_rank_%02ld", (long)tp_rank);
-}
+std::string shard_name(const Layout& lay, int64_t tp_rank, int64_t pp_rank) { return megatron_part_name(tp_rank, pp_rank, lay.pp); }
 
 // The whole model's names of the parameters stage `stage` holds.
 std::vector<std::string> stage_names(int64_t layers, const Layout& lay, int64_t stage) {

@@ -10,6 +10,7 @@
 #include "common/core/error.h"
 #include "common/core/files.h"
 #include "common/core/log.h"
+#include "common/core/output_file.h"
 #include "trainer/checkpoint/torch_pickle.h"
 
 namespace zlm::trainer {
@@ -34,16 +35,11 @@ std::optional<Tracked> tracked(const std::string& dir) {
   errno = 0;
   const long it = std::strtol(text.c_str(), &end, 10);
   if (text.empty() || *end != '\0' || it < 0 || errno == ERANGE) return std::nullopt;
-  char name[32];
-  std::snprintf(name, sizeof name, "iter_%07ld", it);
-  return Tracked{it, fs::path(dir) / name};
+  return Tracked{it, fs::path(dir) / megatron_iter_name(it)};
 }
 
 fs::path part_file(const fs::path& iter_dir, int64_t tp, int64_t pp, int64_t pp_size) {
-  char name[64];
-  if (pp_size > 1) std::snprintf(name, sizeof name, "mp_rank_%02ld_%03ld", static_cast<long>(tp), static_cast<long>(pp));
-  else std::snprintf(name, sizeof name, "mp_rank_%02ld", static_cast<long>(tp));
-  return iter_dir / name / "model_optim_rng.pt";
+  return iter_dir / megatron_part_name(tp, pp, pp_size) / "model_optim_rng.pt";
 }
 
 // A LibTorch archive (ours) has TorchScript's constants.pkl; a torch.save file does not.
@@ -170,6 +166,13 @@ torch::Tensor qkv_to_megatron(const torch::Tensor& t, int64_t heads) {
 }
 
 }  // namespace
+
+std::string megatron_iter_name(int64_t iteration) { return strprintf("iter_%07ld", static_cast<long>(iteration)); }
+
+std::string megatron_part_name(int64_t tp_rank, int64_t pp_rank, int64_t pp_size) {
+  return pp_size > 1 ? strprintf("mp_rank_%02ld_%03ld", static_cast<long>(tp_rank), static_cast<long>(pp_rank))
+                     : strprintf("mp_rank_%02ld", static_cast<long>(tp_rank));
+}
 
 bool is_megatron_checkpoint(const std::string& dir) {
   const auto t = tracked(dir);
@@ -325,19 +328,11 @@ void save_megatron_checkpoint(const std::string& dir, Gpt2& model, int64_t itera
   top.entries.emplace_back(py_str("checkpoint_version"), py_float(3.0));
   top.entries.emplace_back(py_str("iteration"), py_int(iteration));
   top.entries.emplace_back(py_str("model"), state);
-  char name[32];
-  std::snprintf(name, sizeof name, "iter_%07ld", static_cast<long>(iteration));
-  const fs::path part = fs::path(dir) / name / "mp_rank_00";
-  fs::create_directories(part);
-  save_torch_file((part / "model_optim_rng.pt").string(), top);
-  const fs::path tracker = fs::path(dir) / "latest_checkpointed_iteration.txt";
-  {
-    const std::string tmp = tracker.string() + ".tmp";
-    std::FILE* f = std::fopen(tmp.c_str(), "w");
-    if (!f || std::fprintf(f, "%ld", static_cast<long>(iteration)) < 0 || std::fclose(f) != 0)
-      throw Error(ErrorKind::Io, "%s: cannot write it", tmp.c_str());
-    fs::rename(tmp, tracker);  // last: the checkpoint is complete before the tracker names it
-  }
+  const fs::path file = part_file(fs::path(dir) / megatron_iter_name(iteration), 0, 0, 1);
+  fs::create_directories(file.parent_path());
+  save_torch_file(file.string(), top);
+  // Last: the checkpoint is complete before the tracker names it.
+  write_file_atomic((fs::path(dir) / "latest_checkpointed_iteration.txt").string(), std::to_string(iteration));
 }
 
 }  // namespace zlm::trainer

@@ -27,6 +27,11 @@
 
 namespace zlm::trainer {
 
+// Megatron's directory names, which our own checkpoints use too: iter_0000150,
+// and mp_rank_TT (one pipeline stage) or mp_rank_TT_PPP.
+std::string megatron_iter_name(int64_t iteration);
+std::string megatron_part_name(int64_t tp_rank, int64_t pp_rank, int64_t pp_size);
+
 // Whether `dir`'s tracked checkpoint is one Megatron-LM wrote (its first part
 // is a torch.save file, not a LibTorch archive of ours). False when `dir` has
 // no tracker or the file is missing (our reader then says what is wrong).
