@@ -1,0 +1,195 @@
+"""Reference test: checkpoints written by DeepSpeed's own engine (ZeRO 1, 2
+and 3, on 1 and 2 ranks) are read by convert_gpt and resumed by pretrain_gpt;
+what convert_gpt --export-deepspeed writes is read by DeepSpeed's
+zero_to_fp32.
+
+DeepSpeed runs on the CPU (DS_ACCELERATOR=cpu, Gloo) with megatron-core's
+GPTModel (megatron_cpu.py) and torch's AdamW in Megatron's two groups (decay
+on matrices, none on biases and LayerNorms), fp32, no clipping, a constant
+learning rate. It trains N iterations on the samples pretrain_gpt reads
+(Megatron's GPTDataset order, from pretrain_gpt's cached index), saves with
+engine.save_checkpoint and the client state Megatron-DeepSpeed adds (args,
+iteration), then trains K more. Checked, for every stage and rank count:
+  - convert_gpt --load DIR --dump-logits gives the engine's logits at the
+    save within 1e-5;
+  - pretrain_gpt --load DIR continues the run (weights, Adam's moments and
+    step, iteration, consumed samples) with the losses of DeepSpeed's K
+    iterations within 1e-5 relative;
+  - convert_gpt --load DIR --export-deepspeed OUT (the same stage, 2 ranks):
+    DeepSpeed's get_fp32_state_dict_from_zero_checkpoint(OUT) equals its
+    reading of DIR exactly.
+Also refused: a DeepSpeed checkpoint without Megatron's args, naming why.
+
+  deepspeed_checkpoint_reads.py BIN_DIR DATA_DIR WORK_DIR    (exit 77: a package is missing)
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+from reference_env import fresh_dir, missing
+
+os.environ["DS_ACCELERATOR"] = "cpu"
+try:
+    import numpy as np
+    import torch
+    import torch.multiprocessing as mp
+    import torch.nn.functional as F
+    import deepspeed  # noqa: F401  (importable: the workers use it)
+    from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
+    import megatron_cpu
+    from megatron_cpu import causal_mask, positions
+    from megatron_samples import sample_reader
+except ImportError as e:  # pragma: no cover
+    missing(e, "deepspeed or megatron-core")
+
+BIN, DATA_DIR, WORK = sys.argv[1:4]
+DATA = os.path.join(DATA_DIR, "megatron", "meg-gpt2-openwebtext_text_document")
+VOCAB_FILE = os.path.join(DATA_DIR, "megatron", "gpt2-tiny-vocab.json")
+L, H, HEADS, SEQ, MICRO, GLOBAL, N, K, LR, SEED = 2, 64, 4, 32, 2, 4, 2, 3, 3e-3, 1234
+VOCAB = 5120  # the tiny vocabulary (5000 tokens) padded as pretrain_gpt pads it
+TOKENS = torch.tensor([[5, 17, 3, 99, 42, 0, 4999, 8, 640, 31]])
+CASES = [(world, stage) for world in (1, 2) for stage in (1, 2, 3)]
+INDEX = os.path.join(WORK, "cache", os.path.basename(DATA) + "_train_indexmap_%dns_%dsl_%ds" % ((N + K) * GLOBAL, SEQ, SEED))
+
+
+def pretrain(save, *extra):
+    cmd = [os.path.join(BIN, "pretrain_gpt"), "--num-layers", str(L), "--hidden-size", str(H), "--num-attention-heads", str(HEADS),
+           "--seq-length", str(SEQ), "--max-position-embeddings", str(SEQ), "--micro-batch-size", str(MICRO),
+           "--global-batch-size", str(GLOBAL), "--train-iters", str(N + K), "--lr", str(LR), "--lr-decay-style", "constant",
+           "--lr-warmup-iters", "0", "--weight-decay", "0.01", "--clip-grad", "0", "--data-path", DATA, "--vocab-file", VOCAB_FILE,
+           "--split", "949,50,1", "--log-interval", "1", "--eval-interval", "1000", "--eval-iters", "0", "--hidden-dropout", "0",
+           "--attention-dropout", "0", "--seed", str(SEED), "--save", save, "--data-cache-path", os.path.join(WORK, "cache"),
+           "--distributed-backend", "gloo"] + list(extra)
+    r = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert r.returncode == 0, r.stderr[-3000:]
+    return r.stderr
+
+
+def megatron_args():
+    """What Megatron-DeepSpeed keeps in the engine's client state."""
+    return argparse.Namespace(num_layers=L, hidden_size=H, num_attention_heads=HEADS, max_position_embeddings=SEQ, seq_length=SEQ,
+                              padded_vocab_size=VOCAB, tensor_model_parallel_size=1, pipeline_model_parallel_size=1,
+                              bias_gelu_fusion=True, openai_gelu=False, position_embedding_type="learned_absolute",
+                              normalization="LayerNorm", add_bias_linear=True, swiglu=False, untie_embeddings_and_output_weights=False,
+                              global_batch_size=GLOBAL, consumed_train_samples=N * GLOBAL, consumed_valid_samples=0, iteration=N,
+                              deepspeed=True, zero_stage=None)
+
+
+def worker(rank, world, stages, out):
+    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world))
+    torch.set_num_threads(1)
+    import deepspeed
+    megatron_cpu.init(out, rank, world)
+    sample = sample_reader(DATA, INDEX)
+    steps = GLOBAL // (MICRO * world)  # micro-batches per rank per iteration
+    for stage in stages:
+        model = megatron_cpu.gpt(L, H, HEADS, SEQ, VOCAB, seed=5)
+        decay = [p for p in model.parameters() if p.dim() >= 2]
+        no_decay = [p for p in model.parameters() if p.dim() < 2]
+        opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01}, {"params": no_decay, "weight_decay": 0.0}], lr=LR)
+        cfg = {"train_micro_batch_size_per_gpu": MICRO, "gradient_accumulation_steps": steps, "zero_optimization": {"stage": stage},
+               "gradient_clipping": 0.0, "steps_per_print": 10 ** 9}
+        engine, _, _, _ = deepspeed.initialize(model=model, optimizer=opt, config=cfg, dist_init_required=False)
+        mask = causal_mask(SEQ)
+        losses = {}
+        for it in range(1, N + K + 1):
+            total = torch.zeros(())
+            for m in range(steps):
+                first = (it - 1) * GLOBAL + rank * steps * MICRO + m * MICRO
+                batch = torch.tensor(np.stack([sample(first + b) for b in range(MICRO)]).astype(np.int64))
+                logits = engine(batch[:, :-1], positions(SEQ), mask)
+                loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), batch[:, 1:].reshape(-1))
+                engine.backward(loss)
+                engine.step()
+                total += loss.detach()
+            torch.distributed.all_reduce(total)
+            losses[it] = total.item() / (steps * world)
+            if it == N:
+                ckpt = os.path.join(out, f"w{world}_z{stage}")
+                engine.save_checkpoint(ckpt, client_state={"args": megatron_args(), "iteration": N, "checkpoint_version": 3.0})
+                with torch.no_grad():
+                    want = engine(TOKENS, positions(TOKENS.shape[1]), causal_mask(TOKENS.shape[1]))[0].float()
+                if rank == 0:
+                    torch.save(want, ckpt + ".logits.pt")
+        if rank == 0:
+            with open(os.path.join(out, f"w{world}_z{stage}.losses.json"), "w") as f:
+                json.dump(losses, f)
+    torch.distributed.destroy_process_group()
+    sys.stdout.flush()
+    os._exit(0)  # past DeepSpeed's and Gloo's teardown: everything is on disk
+
+
+def logits_of(dir_):
+    out = os.path.join(WORK, "logits.txt")
+    subprocess.run([os.path.join(BIN, "convert_gpt"), "--load", dir_, "--dump-logits", out, "--tokens",
+                    " ".join(str(int(x)) for x in TOKENS[0]), "-q"], check=True)
+    return torch.tensor(np.loadtxt(out, dtype=np.float64), dtype=torch.float32)
+
+
+def main():
+    fresh_dir(WORK)
+    pretrain(os.path.join(WORK, "index_run"))  # caches the sample index of N + K iterations, which DeepSpeed trains on
+    assert os.path.exists(INDEX + "_shuffle_idx.npy"), INDEX
+    for world in (1, 2):
+        out = fresh_dir(os.path.join(WORK, f"ds{world}"))
+        mp.spawn(worker, args=(world, [s for w, s in CASES if w == world], out), nprocs=world, join=True)
+    ok = True
+    for world, stage in CASES:
+        name = f"w{world}_z{stage}"
+        ckpt = os.path.join(WORK, f"ds{world}", name)
+        want = torch.load(ckpt + ".logits.pt")
+        diff = (logits_of(ckpt) - want).abs().max().item()
+        good = diff <= 1e-5
+        ok &= good
+        print(f"{'ok  ' if good else 'FAIL'} {name}: convert_gpt --load of DeepSpeed's checkpoint: logits within {diff:.1e} of the engine's")
+
+        resumed = os.path.join(WORK, "resumed_" + name)
+        log = pretrain(resumed, "--load", ckpt)
+        assert "DeepSpeed checkpoint" in log and "Adam's moments and step" in log, log[-2000:]
+        with open(os.path.join(WORK, f"ds{world}", name + ".losses.json")) as f:
+            ref = {int(k): v for k, v in json.load(f).items()}
+        ours = {}
+        with open(os.path.join(resumed, "metrics.jsonl")) as f:
+            for line in f:
+                rec = json.loads(line)
+                if "consumed_samples" in rec and "split" not in rec:
+                    ours[rec["iteration"]] = rec["lm_loss"]
+        assert sorted(ours) == list(range(N + 1, N + K + 1)), sorted(ours)
+        worst = max(abs(ours[it] - ref[it]) / abs(ref[it]) for it in ours)
+        good = worst <= 1e-5
+        ok &= good
+        print(f"{'ok  ' if good else 'FAIL'} {name}: pretrain_gpt --load resumes iteration {N}: losses of iterations {N + 1}-{N + K} "
+              f"within {worst:.1e} (relative) of DeepSpeed's continuing run")
+
+        exported = os.path.join(WORK, "exported_" + name)
+        subprocess.run([os.path.join(BIN, "convert_gpt"), "--load", ckpt, "--export-deepspeed", exported, "--zero-stage", str(stage),
+                        "--data-parallel-size", "2", "-q"], check=True)
+        theirs = get_fp32_state_dict_from_zero_checkpoint(ckpt)
+        back = get_fp32_state_dict_from_zero_checkpoint(exported)
+        assert set(theirs) == set(back), set(theirs) ^ set(back)
+        same = all(torch.equal(theirs[k].contiguous(), back[k].contiguous()) for k in theirs)
+        ok &= same
+        print(f"{'ok  ' if same else 'FAIL'} {name}: zero_to_fp32 of convert_gpt --export-deepspeed (ZeRO {stage}, 2 ranks) "
+              f"{'equals' if same else 'differs from'} its reading of DeepSpeed's own")
+
+    # Without Megatron's args the shape (the attention heads) is unknown: refused, saying so.
+    bare = os.path.join(WORK, "bare")
+    subprocess.run(["cp", "-r", os.path.join(WORK, "ds1", "w1_z1"), bare], check=True)
+    tag = open(os.path.join(bare, "latest")).read().strip()
+    f = os.path.join(bare, tag, "mp_rank_00_model_states.pt")
+    sd = torch.load(f, weights_only=False)
+    del sd["args"]
+    torch.save(sd, f)
+    r = subprocess.run([os.path.join(BIN, "convert_gpt"), "--load", bare, "--dump-logits", os.path.join(WORK, "x.txt"), "--tokens", "1"],
+                       capture_output=True, text=True)
+    good = r.returncode != 0 and "no Megatron args" in r.stderr
+    ok &= good
+    said = next((line for line in r.stderr.splitlines() if "no Megatron args" in line), r.stderr.strip()[-300:])
+    print(f"{'ok  ' if good else 'FAIL'} without args refused: {said[:240]}")
+    sys.exit(0 if ok else 1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,405 @@
+#include "trainer/checkpoint/deepspeed_format.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <optional>
+#include <regex>
+
+#include "common/core/error.h"
+#include "common/core/files.h"
+#include "common/core/log.h"
+#include "common/core/output_file.h"
+#include "trainer/checkpoint/torch_pickle.h"
+
+namespace zlm::trainer {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+// DIR/latest names the tag directory of the newest checkpoint.
+std::optional<fs::path> tag_dir(const std::string& dir) {
+  const fs::path latest = fs::path(dir) / "latest";
+  if (!fs::is_regular_file(latest)) return std::nullopt;
+  std::string tag = read_file(latest.string());
+  while (!tag.empty() && std::isspace(static_cast<unsigned char>(tag.back()))) tag.pop_back();
+  if (tag.empty() || tag.find('/') != std::string::npos) return std::nullopt;
+  return fs::path(dir) / tag;
+}
+
+std::string model_file(int64_t tp, bool stage3, int64_t dp = 0) {
+  return stage3 ? strprintf("zero_pp_rank_%ld_mp_rank_%02ld_model_states.pt", (long)dp, (long)tp)
+                : strprintf("mp_rank_%02ld_model_states.pt", (long)tp);
+}
+
+std::string optim_file(int64_t tp, int64_t dp) { return strprintf("zero_pp_rank_%ld_mp_rank_%02ld_optim_states.pt", (long)dp, (long)tp); }
+
+// Data-parallel rank D's optimizer file of tensor-parallel rank TT, for every D present, in rank order.
+std::vector<fs::path> optim_files(const fs::path& tag, int64_t tp) {
+  const std::regex name("zero_pp_rank_([0-9]+)_mp_rank_([0-9]+)_optim_states\\.pt");
+  std::map<long, fs::path> found;
+  for (const auto& e : fs::directory_iterator(tag)) {
+    std::smatch m;
+    const std::string f = e.path().filename().string();
+    if (std::regex_match(f, m, name) && std::stol(m[2]) == tp) found[std::stol(m[1])] = e.path();
+  }
+  std::vector<fs::path> out;
+  for (auto& [d, p] : found) {
+    if (d != static_cast<long>(out.size()))
+      throw Error(ErrorKind::Format, "%s: data-parallel rank %zu's file is missing (%s)", tag.c_str(), out.size(),
+                  optim_file(tp, static_cast<int64_t>(out.size())).c_str());
+    out.push_back(p);
+  }
+  return out;
+}
+
+// An int, or an int enum (ZeroStageEnum) kept as an inert object with its value as argument.
+int64_t int_value(const PyValue& v, const std::string& what) {
+  if (v.is(PyValue::Kind::Int) || v.is(PyValue::Kind::Bool)) return v.as_int();
+  if (v.is(PyValue::Kind::Object) && v.items.size() == 1 && v.items[0]->is(PyValue::Kind::Int)) return v.items[0]->i;
+  throw Error(ErrorKind::Format, "%s is %s, not a number", what.c_str(), v.describe().c_str());
+}
+
+// A dict's value for an int key (torch optimizers key their state by parameter index).
+const PyValue* int_key(const PyValue& d, int64_t key) {
+  if (!d.is(PyValue::Kind::Dict)) return nullptr;
+  for (const auto& [k, v] : d.entries)
+    if (k->is(PyValue::Kind::Int) && k->i == key) return v.get();
+  return nullptr;
+}
+
+struct Param {
+  std::string name;
+  std::vector<int64_t> shape;
+  int64_t numel = 1;
+};
+
+// param_shapes: a list (one entry per parameter group) of name -> torch.Size.
+std::vector<std::vector<Param>> param_groups(const PyValue& model_states, const std::string& file) {
+  const PyValue* shapes = model_states.find("param_shapes");
+  if (!shapes || !shapes->is(PyValue::Kind::List))
+    throw Error(ErrorKind::Format, "%s: no param_shapes (the parameters' order in the ZeRO partitions)", file.c_str());
+  std::vector<std::vector<Param>> groups;
+  for (const auto& g : shapes->items) {
+    if (!g->is(PyValue::Kind::Dict)) throw Error(ErrorKind::Format, "%s: param_shapes holds %s", file.c_str(), g->describe().c_str());
+    auto& out = groups.emplace_back();
+    for (const auto& [k, v] : g->entries) {
+      Param p{k->as_str(), {}, 1};
+      for (const auto& d : v->items) p.shape.push_back(d->as_int()), p.numel *= d->as_int();
+      out.push_back(std::move(p));
+    }
+  }
+  return groups;
+}
+
+// One data-parallel rank's optimizer file: its pieces of the fp32 weights and moments, one per group.
+struct Partition {
+  std::vector<torch::Tensor> kind[3];  // weights, exp_avg, exp_avg_sq
+  int64_t step = 0;
+  bool moments = true;
+};
+
+Partition read_partition(const PyValue& file_value, int64_t stage, size_t groups, const std::string& file) {
+  const PyValue& osd = file_value.at("optimizer_state_dict");
+  const PyValue& flats = osd.at(stage <= 2 ? "single_partition_of_fp32_groups" : "fp32_flat_groups");
+  if (flats.items.size() != groups)
+    throw Error(ErrorKind::Format, "%s: %zu fp32 groups, param_shapes has %zu", file.c_str(), flats.items.size(), groups);
+  Partition p;
+  for (const auto& t : flats.items) p.kind[0].push_back(t->as_tensor().to(torch::kFloat).flatten());
+  const PyValue* inner = osd.find(stage <= 2 ? "base_optimizer_state" : "optimizer_state_dict");
+  const PyValue* state = inner ? inner->find("state") : nullptr;
+  for (size_t g = 0; g < groups && p.moments; ++g) {
+    const PyValue* s = state ? int_key(*state, static_cast<int64_t>(g)) : nullptr;
+    const PyValue* m = s ? s->find("exp_avg") : nullptr;
+    const PyValue* v = s ? s->find("exp_avg_sq") : nullptr;
+    if (!m || !v || !m->is(PyValue::Kind::Tensor) || m->tensor.numel() != p.kind[0][g].numel()) {
+      p.moments = false;  // no Adam state (another optimizer, or not stepped yet)
+      break;
+    }
+    p.kind[1].push_back(m->tensor.to(torch::kFloat).flatten());
+    p.kind[2].push_back(v->tensor.to(torch::kFloat).flatten());
+    if (const PyValue* st = s->find("step"))
+      p.step = st->is(PyValue::Kind::Tensor) ? static_cast<int64_t>(st->tensor.item<double>()) : st->as_int();
+  }
+  return p;
+}
+
+int64_t align_up(int64_t x, int64_t a) { return (x + a - 1) / a * a; }
+
+// ZeRO 1 and 2: each group's pieces, joined in rank order, are the parameters in order
+// (with DeepSpeed's per-parameter alignment padding where it records one).
+void merge_stage12(const std::vector<std::vector<Param>>& groups, const std::vector<Partition>& ranks, const PyValue* paddings,
+                   int kind, const std::string& where, const std::function<void(const Param&, torch::Tensor)>& out) {
+  const auto world = static_cast<int64_t>(ranks.size());
+  for (size_t g = 0; g < groups.size(); ++g) {
+    std::vector<torch::Tensor> pieces;
+    for (const Partition& r : ranks) pieces.push_back(r.kind[kind][g]);
+    const torch::Tensor full = torch::cat(pieces);
+    const PyValue* pad = paddings && g < paddings->items.size() ? paddings->items[g].get() : nullptr;
+    int64_t offset = 0;
+    for (size_t i = 0; i < groups[g].size(); ++i) {
+      const Param& p = groups[g][i];
+      if (offset + p.numel > full.numel())
+        throw Error(ErrorKind::Format, "%s: group %zu's fp32 partitions hold %ld numbers, too few for %s", where.c_str(), g,
+                    (long)full.numel(), p.name.c_str());
+      out(p, full.narrow(0, offset, p.numel).reshape(p.shape).clone());
+      offset += p.numel + (pad && i < pad->items.size() ? pad->items[i]->as_int() : 0);
+    }
+    if (align_up(offset, 2 * world) != align_up(full.numel(), 2 * world))
+      throw Error(ErrorKind::Format, "%s: group %zu's parameters take %ld numbers of the %ld its partitions hold", where.c_str(), g,
+                  (long)offset, (long)full.numel());
+  }
+}
+
+// ZeRO 3: every parameter is cut into ceil(numel / ranks) pieces, rank D's piece at the same
+// offset of its flat vector (its groups joined); the last piece padded.
+void merge_stage3(const std::vector<std::vector<Param>>& groups, const std::vector<Partition>& ranks, int kind, const std::string& where,
+                  const std::function<void(const Param&, torch::Tensor)>& out) {
+  const auto world = static_cast<int64_t>(ranks.size());
+  std::vector<torch::Tensor> flat;
+  for (const Partition& r : ranks) flat.push_back(torch::cat(r.kind[kind]));
+  int64_t offset = 0;
+  for (const auto& group : groups)
+    for (const Param& p : group) {
+      const int64_t piece = (p.numel + world - 1) / world;
+      std::vector<torch::Tensor> pieces;
+      for (const torch::Tensor& f : flat) {
+        if (offset + piece > f.numel())
+          throw Error(ErrorKind::Format, "%s: a rank's fp32 partition holds %ld numbers, too few for %s", where.c_str(), (long)f.numel(),
+                      p.name.c_str());
+        pieces.push_back(f.narrow(0, offset, piece));
+      }
+      out(p, torch::cat(pieces).narrow(0, 0, p.numel).reshape(p.shape).clone());
+      offset += piece;
+    }
+  if (offset != flat[0].numel())
+    throw Error(ErrorKind::Format, "%s: the parameters take %ld numbers of the %ld each rank's partition holds", where.c_str(), (long)offset,
+                (long)flat[0].numel());
+}
+
+}  // namespace
+
+bool is_deepspeed_checkpoint(const std::string& dir) {
+  const auto tag = tag_dir(dir);
+  if (!tag || !fs::is_directory(*tag)) return false;
+  if (fs::exists(*tag / model_file(0, false)) || fs::exists(*tag / model_file(0, true))) return true;
+  for (const auto& e : fs::directory_iterator(*tag))
+    if (e.path().filename().string().starts_with("layer_") && e.path().filename().string().ends_with("model_states.pt")) return true;
+  return false;
+}
+
+ImportedModel read_deepspeed_model(const std::string& dir) {
+  const auto tag = tag_dir(dir);
+  if (!tag || !fs::is_directory(*tag)) throw Error(ErrorKind::Usage, "%s: no DeepSpeed checkpoint (no `latest` naming a tag directory)", dir.c_str());
+  const bool stage3 = !fs::exists(*tag / model_file(0, false));
+  const fs::path first = *tag / model_file(0, stage3);
+  if (!fs::exists(first))
+    throw Error(ErrorKind::Usage, "%s: a pipeline engine's checkpoint (layer_XX-model_states.pt files), which zerolm does not read yet",
+                tag->c_str());
+  ImportedModel m;
+  m.format = "DeepSpeed";
+  PyValue head = load_torch_file(first.string());
+  const PyValue* it = head.find("iteration");
+  m.iteration = it ? it->as_int() : head.at("global_steps").as_int();
+  const PyValue* args = head.find("args");
+  if (!args || args->is(PyValue::Kind::None))
+    throw Error(ErrorKind::Usage, "%s: no Megatron args beside the model (Megatron-DeepSpeed saves them): the model's attention heads are "
+                "in no tensor's shape, so zerolm cannot tell its architecture", first.c_str());
+  read_megatron_args(*args, first.string(), m);
+  if (!args->find("consumed_train_samples"))
+    if (const PyValue* s = head.find("global_samples")) m.consumed_train = s->as_int();
+  if (m.pp > 1)
+    throw Error(ErrorKind::Usage, "%s: saved with pipeline parallelism (%ld stages), whose layer files zerolm does not read yet", first.c_str(),
+                (long)m.pp);
+  MegatronJoin join(m);
+  bool moments = true;
+  for (int64_t tp = 0; tp < m.tp; ++tp) {
+    const fs::path mfile = *tag / model_file(tp, stage3);
+    if (!fs::exists(mfile)) throw Error(ErrorKind::Format, "%s: missing (the checkpoint was saved with TP %ld)", mfile.c_str(), (long)m.tp);
+    const PyValue states = tp == 0 ? std::move(head) : load_torch_file(mfile.string());
+    const std::vector<fs::path> files = optim_files(*tag, tp);
+    if (files.empty()) {  // no ZeRO partitions: the weights are the module's
+      if (stage3) throw Error(ErrorKind::Format, "%s: a ZeRO-3 checkpoint without its optim_states files (they hold the weights)", tag->c_str());
+      moments = false;
+      const PyValue& module = states.at("module");
+      for (const auto& [k, v] : module.entries) join.add(tp, 0, k->as_str(), v->is(PyValue::Kind::Tensor) ? v->as_tensor() : torch::Tensor(), mfile.string());
+      continue;
+    }
+    const auto groups = param_groups(states, mfile.string());
+    std::vector<Partition> ranks;
+    int64_t stage = 0;
+    const PyValue* paddings = nullptr;
+    PyValue rank0;
+    for (size_t d = 0; d < files.size(); ++d) {
+      PyValue f = load_torch_file(files[d].string());
+      const PyValue& osd = f.at("optimizer_state_dict");
+      if (d == 0) {
+        stage = int_value(osd.at("zero_stage"), files[d].string() + ": zero_stage");
+        const PyValue& count = osd.at("partition_count");
+        int64_t world = 0;
+        if (count.is(PyValue::Kind::List))
+          for (const auto& c : count.items) world = std::max(world, c->as_int());
+        else
+          world = count.as_int();
+        if (world != static_cast<int64_t>(files.size()))
+          throw Error(ErrorKind::Format, "%s: saved by %ld data-parallel ranks, but %zu optim_states files are there (an overwritten or "
+                      "incomplete checkpoint?)", tag->c_str(), (long)world, files.size());
+        if (stage < 1 || stage > 3) throw Error(ErrorKind::Format, "%s: zero_stage %ld", files[d].c_str(), (long)stage);
+      }
+      ranks.push_back(read_partition(f, stage, groups.size(), files[d].string()));
+      moments = moments && ranks.back().moments;
+      if (d == 0) rank0 = std::move(f);
+    }
+    if (stage <= 2) paddings = rank0.at("optimizer_state_dict").find("param_alignment_paddings");
+    if (paddings && !paddings->is(PyValue::Kind::List)) paddings = nullptr;
+    m.adam_step = ranks[0].step;
+    std::map<std::string, torch::Tensor> found[3];
+    for (int kind = 0; kind < (moments ? 3 : 1); ++kind) {
+      auto out = [&](const Param& p, torch::Tensor t) { found[kind][p.name] = std::move(t); };
+      if (stage <= 2)
+        merge_stage12(groups, ranks, paddings, kind, tag->string(), out);
+      else
+        merge_stage3(groups, ranks, kind, tag->string(), out);
+    }
+    for (auto& [name, w] : found[0])
+      join.add(tp, 0, name, w, mfile.string(), moments ? found[1].at(name) : torch::Tensor(), moments ? found[2].at(name) : torch::Tensor());
+  }
+  join.finish(tag->string());
+  if (!moments) m.exp_avg.clear(), m.exp_avg_sq.clear();
+  return m;
+}
+
+void save_deepspeed_checkpoint(const std::string& dir, Gpt2& model, int64_t iteration, int stage, int64_t dp_size) {
+  if (stage < 1 || stage > 3) throw Error(ErrorKind::Usage, "a DeepSpeed checkpoint of ZeRO stage %d: the stages are 1, 2 and 3", stage);
+  if (dp_size < 1) throw Error(ErrorKind::Usage, "a DeepSpeed checkpoint for %ld data-parallel ranks", (long)dp_size);
+  if (fs::exists(fs::path(dir) / "latest"))
+    throw Error(ErrorKind::Usage, "%s already holds a DeepSpeed checkpoint: an exported model starts a new directory", dir.c_str());
+  const std::string tag = "global_step" + std::to_string(iteration);
+  const fs::path tag_path = fs::path(dir) / tag;
+  fs::create_directories(tag_path);
+
+  const std::shared_ptr<PyValue> module = megatron_state_dict(model);
+  auto shapes = py_dict();  // one parameter group: every parameter, in the module's order
+  std::vector<torch::Tensor> params;
+  for (const auto& [k, v] : module->entries)
+    if (v->is(PyValue::Kind::Tensor)) {
+      shapes->entries.emplace_back(k, py_size(v->tensor.sizes().vec()));
+      params.push_back(v->tensor.flatten());
+    }
+  auto ds_config = py_dict();
+  auto zero = py_dict();
+  zero->entries.emplace_back(py_str("stage"), py_int(stage));
+  ds_config->entries.emplace_back(py_str("zero_optimization"), zero);
+  const std::string version = "0.19.8";  // the DeepSpeed whose layout this is
+
+  // Each rank's pieces of one flat vector per group (here one group) for the weights; the moments are zero.
+  std::vector<torch::Tensor> pieces;
+  int64_t group_padding = 0;
+  if (stage <= 2) {
+    torch::Tensor flat = torch::cat(params);
+    const int64_t padded = align_up(flat.numel(), 2 * dp_size);
+    group_padding = padded - flat.numel();
+    flat = torch::cat({flat, torch::zeros({group_padding})});
+    for (int64_t d = 0; d < dp_size; ++d) pieces.push_back(flat.narrow(0, d * (padded / dp_size), padded / dp_size).clone());
+  } else {
+    for (int64_t d = 0; d < dp_size; ++d) {
+      std::vector<torch::Tensor> mine;
+      for (const torch::Tensor& p : params) {
+        const int64_t piece = (p.numel() + dp_size - 1) / dp_size;
+        torch::Tensor padded = torch::cat({p, torch::zeros({piece * dp_size - p.numel()})});
+        mine.push_back(padded.narrow(0, d * piece, piece));
+      }
+      pieces.push_back(torch::cat(mine));
+    }
+  }
+  auto model_states = [&](bool empty_module) {
+    PyValue top;
+    top.kind = PyValue::Kind::Dict;
+    auto put = [&](const char* k, std::shared_ptr<PyValue> v) { top.entries.emplace_back(py_str(k), std::move(v)); };
+    std::shared_ptr<PyValue> mod = module;
+    if (empty_module) {  // ZeRO 3 saves each parameter as an empty tensor: the weights are in the partitions
+      mod = py_dict();
+      for (const auto& [k, v] : module->entries)
+        mod->entries.emplace_back(k, v->is(PyValue::Kind::Tensor) ? py_tensor(torch::empty({0})) : v);
+    }
+    put("module", mod);
+    put("buffer_names", py_list());
+    put("optimizer", py_none());
+    auto groups = py_list();
+    groups->items.push_back(shapes);
+    put("param_shapes", groups);
+    put("frozen_param_shapes", py_dict());
+    put("shared_params", py_dict());
+    put("frozen_param_fragments", py_dict());
+    put("lr_scheduler", py_none());
+    put("data_sampler", py_none());
+    put("random_ltd", py_none());
+    put("sparse_tensor_module_names", py_list());
+    put("skipped_steps", py_int(0));
+    put("global_steps", py_int(iteration));
+    put("global_samples", py_int(0));
+    put("dp_world_size", py_int(dp_size));
+    put("mp_world_size", py_int(1));
+    put("ds_config", ds_config);
+    put("ds_version", py_str(version));
+    // What Megatron-DeepSpeed adds as the engine's client state.
+    put("args", megatron_args(model->config(), iteration));
+    put("checkpoint_version", py_float(3.0));
+    put("iteration", py_int(iteration));
+    return top;
+  };
+  if (stage <= 2) {
+    save_torch_file((tag_path / model_file(0, false)).string(), model_states(false));
+  } else {
+    for (int64_t d = 0; d < dp_size; ++d) save_torch_file((tag_path / model_file(0, true, d)).string(), model_states(true));
+  }
+  for (int64_t d = 0; d < dp_size; ++d) {
+    const torch::Tensor& w = pieces[static_cast<size_t>(d)];
+    auto adam = py_dict();
+    adam->entries.emplace_back(py_str("step"), py_tensor(torch::zeros({})));
+    adam->entries.emplace_back(py_str("exp_avg"), py_tensor(torch::zeros_like(w)));
+    adam->entries.emplace_back(py_str("exp_avg_sq"), py_tensor(torch::zeros_like(w)));
+    auto state = py_dict();
+    state->entries.emplace_back(py_int(0), adam);
+    auto group = py_dict();
+    auto ids = py_list();
+    ids->items.push_back(py_int(0));
+    group->entries.emplace_back(py_str("params"), ids);
+    auto group_list = py_list();
+    group_list->items.push_back(group);
+    auto inner = py_dict();
+    inner->entries.emplace_back(py_str("state"), state);
+    inner->entries.emplace_back(py_str("param_groups"), group_list);
+    auto osd = py_dict();
+    auto put = [&](const char* k, std::shared_ptr<PyValue> v) { osd->entries.emplace_back(py_str(k), std::move(v)); };
+    auto one = [](std::shared_ptr<PyValue> v) {
+      auto l = py_list();
+      l->items.push_back(std::move(v));
+      return l;
+    };
+    put("zero_stage", py_int(stage));
+    put("dynamic_loss_scale", py_bool(false));
+    put("overflow", py_bool(false));
+    if (stage <= 2) {
+      put("base_optimizer_state", inner);
+      put("single_partition_of_fp32_groups", one(py_tensor(w)));
+      put("group_paddings", one(py_int(d == dp_size - 1 ? group_padding : 0)));
+      put("partition_count", one(py_int(dp_size)));
+    } else {
+      put("optimizer_state_dict", inner);
+      put("fp32_flat_groups", one(py_tensor(w)));
+      put("partition_count", py_int(dp_size));
+    }
+    put("ds_version", py_str(version));
+    PyValue top;
+    top.kind = PyValue::Kind::Dict;
+    top.entries.emplace_back(py_str("optimizer_state_dict"), osd);
+    top.entries.emplace_back(py_str("ds_config"), ds_config);
+    top.entries.emplace_back(py_str("ds_version"), py_str(version));
+    save_torch_file((tag_path / optim_file(0, d)).string(), top);
+  }
+  // Last: the checkpoint is complete before the tag file names it.
+  write_file_atomic((fs::path(dir) / "latest").string(), tag);
+}
+
+}  // namespace zlm::trainer
