@@ -23,7 +23,6 @@ checkpoint of erf GELU (--no-bias-gelu-fusion) is refused naming the flag.
 Exits 77 (skipped) when megatron-core is not installed.
 """
 import argparse
-import contextlib
 import os
 import subprocess
 import sys
@@ -33,12 +32,8 @@ from reference_env import fresh_dir, missing
 try:
     import numpy as np
     import torch
-    import torch.nn.functional as F
-    from megatron.core import parallel_state, tensor_parallel
-    from megatron.core.models.gpt import GPTModel
-    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
-    from megatron.core.transformer import TransformerConfig
-    import megatron.core.transformer.dot_product_attention as dpa
+    import megatron_cpu
+    from megatron_cpu import causal_mask, positions
 except ImportError as e:  # pragma: no cover
     missing(e, "megatron-core")
 
@@ -46,35 +41,8 @@ bin_dir, data_dir, work = sys.argv[1:4]
 fresh_dir(work)
 LAYERS, HIDDEN, HEADS, SEQ, VOCAB = 2, 64, 4, 16, 50304  # GPT-2's vocabulary padded as Megatron pads it
 
-# megatron-core on the CPU: a one-rank gloo group, and the few CUDA-only defaults bypassed
-# (the dropout RNG tracker's fork, the global memory buffer; the causal mask is given).
-# (a file rendezvous: no port to pick)
-torch.distributed.init_process_group("gloo", init_method="file://" + os.path.join(work, "rendezvous"), rank=0, world_size=1)
-parallel_state.initialize_model_parallel(1, 1)
-
-
-class NoFork:
-    def fork(self, *a, **k):
-        return contextlib.nullcontext()
-
-
-tensor_parallel.get_cuda_rng_tracker = lambda *a, **k: NoFork()
-dpa.tensor_parallel.get_cuda_rng_tracker = tensor_parallel.get_cuda_rng_tracker
-
-
-class CpuBuffer:
-    def get_tensor(self, shape, dtype, name, *a, **k):
-        return torch.empty(shape, dtype=dtype)
-
-
-parallel_state._GLOBAL_MEMORY_BUFFER = CpuBuffer()
-
-torch.manual_seed(5)
-config = TransformerConfig(num_layers=LAYERS, hidden_size=HIDDEN, num_attention_heads=HEADS, use_cpu_initialization=True,
-                           activation_func=lambda x: F.gelu(x, approximate="tanh"), hidden_dropout=0.0, attention_dropout=0.0,
-                           init_method_std=0.02)
-model = GPTModel(config, get_gpt_layer_local_spec(), vocab_size=VOCAB, max_sequence_length=SEQ, position_embedding_type="learned_absolute",
-                 share_embeddings_and_output_weights=True)
+megatron_cpu.init(work)
+model = megatron_cpu.gpt(LAYERS, HIDDEN, HEADS, SEQ, VOCAB, seed=5)
 model.eval()
 with torch.no_grad():  # biases and LayerNorms away from their zero/one initial values, so that a mix-up shows
     for name, p in model.named_parameters():
@@ -82,9 +50,8 @@ with torch.no_grad():  # biases and LayerNorms away from their zero/one initial 
             p.add_(torch.randn_like(p) * 0.1)
 tokens = torch.tensor([[5, 17, 3, 99, 42, 0, 50256, 8, 6400, 31]])
 T = tokens.shape[1]
-mask = torch.triu(torch.ones(1, 1, T, T, dtype=torch.bool), diagonal=1)
 with torch.no_grad():
-    want = model(tokens, torch.arange(T).unsqueeze(0), mask)[0].float()  # (T, V)
+    want = model(tokens, positions(T), causal_mask(T))[0].float()  # (T, V)
 state = model.state_dict()
 
 
@@ -225,13 +192,11 @@ ck = torch.load(path, map_location="cpu", weights_only=False)
 with torch.serialization.safe_globals([argparse.Namespace]):
     torch.load(path, map_location="cpu", weights_only=True)
 assert ck["args"].num_layers == LAYERS and ck["args"].padded_vocab_size == VOCAB and ck["checkpoint_version"] == 3.0, ck["args"]
-torch.manual_seed(99)  # other initial weights: everything must come from the file
-fresh = GPTModel(config, get_gpt_layer_local_spec(), vocab_size=VOCAB, max_sequence_length=SEQ, position_embedding_type="learned_absolute",
-                 share_embeddings_and_output_weights=True)
+fresh = megatron_cpu.gpt(LAYERS, HIDDEN, HEADS, SEQ, VOCAB, seed=99)  # other initial weights: everything must come from the file
 fresh.load_state_dict(ck["model"], strict=True)
 fresh.eval()
 with torch.no_grad():
-    back = fresh(tokens, torch.arange(T).unsqueeze(0), mask)[0].float()
+    back = fresh(tokens, positions(T), causal_mask(T))[0].float()
 diff = (back - want).abs().max().item()
 assert diff <= 1e-5, f"--export-megatron: megatron-core's logits of the exported model differ by {diff}"
 print(f"ok   convert_gpt --export-megatron: megatron-core loads it strictly, logits within {diff:.1e}")

@@ -22,6 +22,7 @@
 #include "trainer/run/torch_errors.h"
 #include "trainer/checkpoint/checkpoint.h"
 #include "trainer/checkpoint/megatron_format.h"
+#include "trainer/checkpoint/deepspeed_format.h"
 
 namespace {
 
@@ -64,8 +65,9 @@ uint64_t dump_logits(zlm::trainer::Gpt2& model, const std::vector<int64_t>& ids,
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string load, export_dir, import_dir, save, vocab_file, merge_file, dump, tokens, export_megatron;
-  int64_t divisible_by = 128;
+  std::string load, export_dir, import_dir, save, vocab_file, merge_file, dump, tokens, export_megatron, export_deepspeed;
+  int64_t divisible_by = 128, ds_dp = 1;
+  int ds_stage = 1;
   zlm::CommonFlags common;
   CLI::App app{"Convert pretrain_gpt checkpoints to and from Hugging Face's GPT2LMHeadModel (safetensors); read Megatron-LM's."};
   app.add_option("--load", load, "pretrain_gpt checkpoint directory, or Megatron-LM's (--ckpt-format torch)");
@@ -77,16 +79,24 @@ int main(int argc, char** argv) {
   app.add_option("--merge-file", merge_file, "GPT-2 merges.txt (default: GPT-2's own)");
   app.add_option("--make-vocab-size-divisible-by", divisible_by, "Padding for --import-hf")->capture_default_str();
   app.add_option("--export-megatron", export_megatron, "Write the model as Megatron-LM's checkpoint (--ckpt-format torch, TP 1, PP 1) in this new directory");
+  app.add_option("--export-deepspeed", export_deepspeed, "Write the model as DeepSpeed's checkpoint (what zero_to_fp32.py reads) in this new "
+                 "directory");
+  app.add_option("--zero-stage", ds_stage, "With --export-deepspeed: the ZeRO stage whose partitions it writes")->check(CLI::Range(1, 3))->capture_default_str();
+  app.add_option("--data-parallel-size", ds_dp, "With --export-deepspeed: the data-parallel ranks it is partitioned for")
+      ->check(CLI::Range(int64_t{1}, int64_t{4096}))->capture_default_str();
   app.add_option("--dump-logits", dump, "Write the logits of --tokens to FILE");
   app.add_option("--tokens", tokens, "Space-separated token ids for --dump-logits");
   zlm::add_common_flags(app, common);
   return zlm::tool_main("convert_gpt", app, common, argc, argv, [&] { return zlm::trainer::with_torch_errors([&] { return zlm::run_with_stats("convert_gpt", common, [&](zlm::Stats& stats) {
     if (load.empty() == import_dir.empty()) throw zlm::Error(zlm::ErrorKind::Usage, "give exactly one of --load and --import-hf");
-    if (!save.empty() && import_dir.empty() && !zlm::trainer::is_megatron_checkpoint(load))
-      throw zlm::Error(zlm::ErrorKind::Usage, "--save writes an imported model: it needs --import-hf or a Megatron-LM checkpoint (a --load "
-                       "checkpoint of ours is one already)");
-    if (export_dir.empty() && dump.empty() && save.empty() && export_megatron.empty())
-      throw zlm::Error(zlm::ErrorKind::Usage, "nothing to do: give --export-hf, --export-megatron, --dump-logits%s", import_dir.empty() ? "" : " or --save");
+    if (!save.empty() && import_dir.empty() && !zlm::trainer::is_megatron_checkpoint(load) && !zlm::trainer::is_deepspeed_checkpoint(load))
+      throw zlm::Error(zlm::ErrorKind::Usage, "--save writes an imported model: it needs --import-hf or a Megatron-LM or DeepSpeed checkpoint "
+                       "(a --load checkpoint of ours is one already)");
+    if (export_dir.empty() && dump.empty() && save.empty() && export_megatron.empty() && export_deepspeed.empty())
+      throw zlm::Error(zlm::ErrorKind::Usage, "nothing to do: give --export-hf, --export-megatron, --export-deepspeed, --dump-logits%s",
+                       import_dir.empty() ? "" : " or --save");
+    if (export_deepspeed.empty() && (app.count("--zero-stage") || app.count("--data-parallel-size")))
+      throw zlm::Error(zlm::ErrorKind::Usage, "--zero-stage and --data-parallel-size say how --export-deepspeed partitions the model: give it too");
     const std::string source = load.empty() ? import_dir : load;
     zlm::check_distinct_paths({{"--dump-logits", dump}, {"--stats-out", common.stats_out}},
                               {{"--vocab-file", vocab_file}, {"--merge-file", merge_file}});
@@ -112,6 +122,11 @@ int main(int argc, char** argv) {
     if (!export_megatron.empty()) {
       zlm::trainer::save_megatron_checkpoint(export_megatron, model, iteration);
       ZLM_LOG_INF("exported %s (iteration %ld) as Megatron-LM's checkpoint in %s", source.c_str(), (long)iteration, export_megatron.c_str());
+    }
+    if (!export_deepspeed.empty()) {
+      zlm::trainer::save_deepspeed_checkpoint(export_deepspeed, model, iteration, ds_stage, ds_dp);
+      ZLM_LOG_INF("exported %s (iteration %ld) as DeepSpeed's checkpoint (ZeRO %d, %ld data-parallel ranks) in %s", source.c_str(),
+                  (long)iteration, ds_stage, (long)ds_dp, export_deepspeed.c_str());
     }
     if (!dump.empty())
       stats.set("logit_rows", dump_logits(model, parse_token_ids(tokens, model->config().vocab_size, model->config().max_positions), dump));

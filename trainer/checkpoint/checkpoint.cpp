@@ -12,6 +12,7 @@
 #include "common/core/log.h"
 #include "common/core/files.h"
 #include "common/core/output_file.h"
+#include "trainer/checkpoint/deepspeed_format.h"
 #include "trainer/checkpoint/megatron_format.h"
 
 namespace zlm::trainer {
@@ -280,43 +281,49 @@ void check_vocabulary(const CheckpointReader& r, const Gpt2Config& run, int64_t 
                                           : "add embedding rows that were never trained");
 }
 
-// A Megatron-LM checkpoint (megatron_format.h): its weights, cut for this rank,
-// its iteration and consumed samples; Adam's moments start at zero.
-bool load_megatron_checkpoint(const TrainArgs& a, Gpt2& model, ZeroEngine& engine, ProcessGrid& grid, RunState& st) {
-  MegatronModel m = read_megatron_model(a.load);
+// A checkpoint of Megatron-LM or DeepSpeed (megatron_format.h,
+// deepspeed_format.h): its weights, cut for this rank, its iteration and
+// consumed samples, and Adam's moments and step where it has them (else they
+// start at zero).
+bool load_imported_checkpoint(const TrainArgs& a, ImportedModel m, Gpt2& model, ZeroEngine& engine, ProcessGrid& grid, RunState& st) {
   const Gpt2Config& c = model->config();
   const Gpt2Config& s = m.config;
   if (s.num_layers != c.num_layers || s.hidden != c.hidden || s.heads != c.heads || s.max_positions != c.max_positions)
-    throw Error(ErrorKind::Usage, "--load %s: a Megatron checkpoint of %ld layers, hidden %ld, %ld heads, %ld positions; this run has %ld, %ld, "
-                "%ld, %ld", a.load.c_str(), (long)s.num_layers, (long)s.hidden, (long)s.heads, (long)s.max_positions, (long)c.num_layers,
-                (long)c.hidden, (long)c.heads, (long)c.max_positions);
+    throw Error(ErrorKind::Usage, "--load %s: a %s checkpoint of %ld layers, hidden %ld, %ld heads, %ld positions; this run has %ld, %ld, "
+                "%ld, %ld", a.load.c_str(), m.format.c_str(), (long)s.num_layers, (long)s.hidden, (long)s.heads, (long)s.max_positions,
+                (long)c.num_layers, (long)c.hidden, (long)c.heads, (long)c.max_positions);
   if (s.vocab_size != c.vocab_size && grid.world().rank() == 0)
     ZLM_LOG_WRN("WARNING: the checkpoint's padded vocabulary has %ld rows, this run's %ld; padding rows %s", (long)s.vocab_size,
                 (long)c.vocab_size, s.vocab_size > c.vocab_size ? "dropped" : "added (copies of the last row)");
+  const bool moments = !m.exp_avg.empty();
   ZeroEngine::FullState full;
   for (const auto& item : model->named_parameters()) {
     const std::string& local = item.key();
     const std::string g = model->global_name(local);
+    const TpSplit split = Gpt2Impl::tp_split(local);
     auto it = m.params.find(g);
     if (it == m.params.end()) throw Error(ErrorKind::Format, "--load %s: the checkpoint has no %s", a.load.c_str(), g.c_str());
-    torch::Tensor w = g == "wte.weight" ? fit_vocab(it->second, c.vocab_size, true) : it->second;
-    w = tp_slice(w, Gpt2Impl::tp_split(local), grid.tp_size(), grid.tp_rank());
+    auto cut = [&](torch::Tensor t, bool weights) {
+      if (g == "wte.weight") t = fit_vocab(t, c.vocab_size, weights);
+      return tp_slice(t, split, grid.tp_size(), grid.tp_rank());
+    };
+    torch::Tensor w = cut(it->second, true);
     if (w.sizes() != item.value().sizes())
       throw Error(ErrorKind::Usage, "--load %s: %s is %s there, %s in this run", a.load.c_str(), g.c_str(), c10::str(w.sizes()).c_str(),
                   c10::str(item.value().sizes()).c_str());
     full.params[local] = w;
-    full.exp_avg[local] = torch::zeros_like(w);
-    full.exp_avg_sq[local] = torch::zeros_like(w);
+    full.exp_avg[local] = moments ? cut(m.exp_avg.at(g), false) : torch::zeros_like(w);
+    full.exp_avg_sq[local] = moments ? cut(m.exp_avg_sq.at(g), false) : torch::zeros_like(w);
   }
-  full.step = 0;
+  full.step = moments ? m.adam_step : 0;
   engine.load_state(full);
   st.iteration = m.iteration;
   st.consumed_train = m.consumed_train;
   st.consumed_valid = m.consumed_valid;
   if (grid.world().rank() == 0)
-    ZLM_LOG_WRN("WARNING: --load %s is a Megatron-LM checkpoint (saved with TP %ld x PP %ld): its weights, iteration %ld and %ld consumed "
-                "samples are read; Adam's moments and the dropout streams start afresh", a.load.c_str(), (long)m.tp, (long)m.pp,
-                (long)m.iteration, (long)m.consumed_train);
+    ZLM_LOG_WRN("WARNING: --load %s is a %s checkpoint (saved with TP %ld x PP %ld): its weights, %siteration %ld and %ld consumed "
+                "samples are read; %sthe dropout streams start afresh", a.load.c_str(), m.format.c_str(), (long)m.tp, (long)m.pp,
+                moments ? "Adam's moments and step, " : "", (long)m.iteration, (long)m.consumed_train, moments ? "" : "Adam's moments and ");
   return true;
 }
 
@@ -491,6 +498,8 @@ void save_model_checkpoint(const std::string& dir, Gpt2& model) {
 }
 
 bool load_checkpoint(const TrainArgs& a, Gpt2& model, ZeroEngine& engine, ProcessGrid& grid, RngTracker& rng, RunState& st) {
+  // DeepSpeed's first: Megatron-DeepSpeed writes Megatron's tracker beside DeepSpeed's `latest`.
+  if (is_deepspeed_checkpoint(a.load)) return load_imported_checkpoint(a, read_deepspeed_model(a.load), model, engine, grid, st);
   fs::path tracker = fs::path(a.load) / "latest_checkpointed_iteration.txt";
   if (!fs::exists(tracker)) {
     // Megatron starts from scratch here, which the tutorial's "--save X --load X"
@@ -503,7 +512,7 @@ bool load_checkpoint(const TrainArgs& a, Gpt2& model, ZeroEngine& engine, Proces
                 tracker.string().c_str());
     return false;
   }
-  if (is_megatron_checkpoint(a.load)) return load_megatron_checkpoint(a, model, engine, grid, st);
+  if (is_megatron_checkpoint(a.load)) return load_imported_checkpoint(a, read_megatron_model(a.load), model, engine, grid, st);
   CheckpointReader r(a.load);
   const Gpt2Config& c = model->config();
   const Gpt2Config& s = r.config;
@@ -549,7 +558,11 @@ bool load_checkpoint(const TrainArgs& a, Gpt2& model, ZeroEngine& engine, Proces
 }
 
 Gpt2 load_model(const std::string& dir, int64_t* iteration) {
-  if (is_megatron_checkpoint(dir)) return load_megatron_model(dir, iteration);
+  if (is_deepspeed_checkpoint(dir) || is_megatron_checkpoint(dir)) {
+    ImportedModel m = is_deepspeed_checkpoint(dir) ? read_deepspeed_model(dir) : read_megatron_model(dir);
+    *iteration = m.iteration;
+    return imported_model(std::move(m), dir);
+  }
   CheckpointReader r(dir);
   *iteration = r.iteration;
   Gpt2 model(r.config, ModelPart{}, ParamInit::Empty);  // every parameter is read below

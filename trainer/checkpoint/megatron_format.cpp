@@ -182,20 +182,8 @@ bool is_megatron_checkpoint(const std::string& dir) {
   return false;
 }
 
-MegatronModel read_megatron_model(const std::string& dir) {
-  const auto t = tracked(dir);
-  if (!t) throw Error(ErrorKind::Usage, "%s: no Megatron checkpoint (no readable latest_checkpointed_iteration.txt)", dir.c_str());
-  MegatronModel m;
-  m.iteration = t->iteration;
-  fs::path first = part_file(t->iter_dir, 0, 0, 1);
-  if (!fs::exists(first)) first = part_file(t->iter_dir, 0, 0, 2);
-  PyValue head = load_torch_file(first.string());
-  const PyValue& args = head.at("args");
-  const std::string where = first.string();
+void read_megatron_args(const PyValue& args, const std::string& where, ImportedModel& m) {
   check_architecture(args, where);
-  if (const PyValue* v = head.find("checkpoint_version"); v && v->as_float() < 2.0)
-    throw Error(ErrorKind::Usage, "%s: checkpoint_version %g stores the fused QKV in an older order; convert it with Megatron's tools first",
-                where.c_str(), v->as_float());
   m.tp = int_arg(args, "tensor_model_parallel_size", where);
   m.pp = int_arg(args, "pipeline_model_parallel_size", where);
   Gpt2Config& c = m.config;
@@ -215,7 +203,59 @@ MegatronModel read_megatron_model(const std::string& dir) {
   if (m.tp < 1 || m.pp < 1 || c.num_layers % m.pp != 0 || c.heads % m.tp != 0)
     throw Error(ErrorKind::Format, "%s: %ld layers and %ld heads do not split over TP %ld x PP %ld", where.c_str(), (long)c.num_layers,
                 (long)c.heads, (long)m.tp, (long)m.pp);
-  std::map<std::string, std::vector<torch::Tensor>> parts;  // our name -> one tensor per TP rank
+}
+
+void MegatronJoin::add(int64_t tp_rank, int64_t pp_rank, const std::string& name, const torch::Tensor& weight, const std::string& file,
+                       const torch::Tensor& exp_avg, const torch::Tensor& exp_avg_sq) {
+  const int64_t per_stage = m_.config.num_layers / m_.pp;
+  const std::string ours = our_name(name, pp_rank * per_stage, m_.pp > 1 && pp_rank == m_.pp - 1, file);
+  if (ours.empty()) return;
+  if (!weight.defined()) throw Error(ErrorKind::Format, "%s: %s is not a tensor", file.c_str(), name.c_str());
+  Parts& p = parts_[ours];
+  if (p.kind[0].count(tp_rank)) throw Error(ErrorKind::Format, "%s: %s appears twice", file.c_str(), name.c_str());
+  const torch::Tensor* given[3] = {&weight, &exp_avg, &exp_avg_sq};
+  for (int k = 0; k < 3; ++k)
+    if (given[k]->defined()) p.kind[k][tp_rank] = given[k]->to(torch::kFloat);
+}
+
+void MegatronJoin::finish(const std::string& where) {
+  bool moments = true;
+  for (auto& [name, p] : parts_) {
+    if (static_cast<int64_t>(p.kind[0].size()) != m_.tp)
+      throw Error(ErrorKind::Format, "%s: %s is in %zu of the %ld tensor-parallel parts", where.c_str(), name.c_str(), p.kind[0].size(),
+                  (long)m_.tp);
+    const TpSplit split = Gpt2Impl::tp_split(name);
+    for (int k = 0; k < 3; ++k) {
+      if (static_cast<int64_t>(p.kind[k].size()) != m_.tp) {
+        moments = false;
+        continue;
+      }
+      std::vector<torch::Tensor> cut;
+      for (auto& [rank, t] : p.kind[k]) cut.push_back(t);
+      torch::Tensor whole = split.dim < 0 ? cut[0] : torch::cat(cut, split.dim);  // Megatron's parts are plain cuts of its order
+      if (name.find("attn_qkv.") != std::string::npos) whole = qkv_to_ours(whole, m_.config.heads);
+      (k == 0 ? m_.params : k == 1 ? m_.exp_avg : m_.exp_avg_sq)[name] = whole;
+    }
+  }
+  if (!moments) m_.exp_avg.clear(), m_.exp_avg_sq.clear();
+  parts_.clear();
+}
+
+ImportedModel read_megatron_model(const std::string& dir) {
+  const auto t = tracked(dir);
+  if (!t) throw Error(ErrorKind::Usage, "%s: no Megatron checkpoint (no readable latest_checkpointed_iteration.txt)", dir.c_str());
+  ImportedModel m;
+  m.format = "Megatron-LM";
+  m.iteration = t->iteration;
+  fs::path first = part_file(t->iter_dir, 0, 0, 1);
+  if (!fs::exists(first)) first = part_file(t->iter_dir, 0, 0, 2);
+  PyValue head = load_torch_file(first.string());
+  const std::string where = first.string();
+  read_megatron_args(head.at("args"), where, m);
+  if (const PyValue* v = head.find("checkpoint_version"); v && v->as_float() < 2.0)
+    throw Error(ErrorKind::Usage, "%s: checkpoint_version %g stores the fused QKV in an older order; convert it with Megatron's tools first",
+                where.c_str(), v->as_float());
+  MegatronJoin join(m);
   for (int64_t pp = 0; pp < m.pp; ++pp)
     for (int64_t tp = 0; tp < m.tp; ++tp) {
       const fs::path file = part_file(t->iter_dir, tp, pp, m.pp);
@@ -224,29 +264,14 @@ MegatronModel read_megatron_model(const std::string& dir) {
       if (part.find("model0")) throw Error(ErrorKind::Usage, "%s: an interleaved pipeline's checkpoint (model0, model1, ...) is not read yet", file.c_str());
       std::vector<std::pair<std::string, const PyValue*>> flat;
       flatten(part.at("model"), "", flat);
-      for (const auto& [name, value] : flat) {
-        const std::string ours = our_name(name, pp * (c.num_layers / m.pp), m.pp > 1 && pp == m.pp - 1, file.string());
-        if (ours.empty()) continue;
-        auto& slot = parts[ours];
-        if (static_cast<int64_t>(slot.size()) != tp)
-          throw Error(ErrorKind::Format, "%s: %s appears twice, or not in every tensor-parallel part", file.c_str(), name.c_str());
-        slot.push_back(value->as_tensor().to(torch::kFloat));
-      }
+      for (const auto& [name, value] : flat) join.add(tp, pp, name, value->is(PyValue::Kind::Tensor) ? value->as_tensor() : torch::Tensor(), file.string());
     }
-  for (auto& [name, p] : parts) {
-    if (static_cast<int64_t>(p.size()) != m.tp)
-      throw Error(ErrorKind::Format, "%s: %s is in %zu of the %ld tensor-parallel parts", dir.c_str(), name.c_str(), p.size(), (long)m.tp);
-    const TpSplit split = Gpt2Impl::tp_split(name);
-    torch::Tensor whole = split.dim < 0 ? p[0] : torch::cat(p, split.dim);  // Megatron's parts are plain cuts of its order
-    if (name.find("attn_qkv.") != std::string::npos) whole = qkv_to_ours(whole, c.heads);
-    m.params[name] = whole;
-  }
+  join.finish(dir);
+  m.exp_avg.clear(), m.exp_avg_sq.clear();  // (Megatron's optimizer state is not read yet)
   return m;
 }
 
-Gpt2 load_megatron_model(const std::string& dir, int64_t* iteration) {
-  MegatronModel m = read_megatron_model(dir);
-  *iteration = m.iteration;
+Gpt2 imported_model(ImportedModel m, const std::string& dir) {
   Gpt2 model(m.config, ModelPart{}, ParamInit::Empty);
   torch::NoGradGuard no_grad;
   for (auto& item : model->named_parameters()) {
@@ -259,15 +284,13 @@ Gpt2 load_megatron_model(const std::string& dir, int64_t* iteration) {
     m.params.erase(it);
   }
   if (!m.params.empty()) throw Error(ErrorKind::Format, "%s: %s has no place in the model its args describe", dir.c_str(), m.params.begin()->first.c_str());
-  ZLM_LOG_INF(" read Megatron-LM checkpoint %s at iteration %ld (saved with TP %ld x PP %ld)", dir.c_str(), (long)m.iteration, (long)m.tp,
-              (long)m.pp);
+  ZLM_LOG_INF(" read %s checkpoint %s at iteration %ld (saved with TP %ld x PP %ld)", m.format.c_str(), dir.c_str(), (long)m.iteration,
+              (long)m.tp, (long)m.pp);
   model->eval();
   return model;
 }
 
-void save_megatron_checkpoint(const std::string& dir, Gpt2& model, int64_t iteration) {
-  if (fs::exists(fs::path(dir) / "latest_checkpointed_iteration.txt"))
-    throw Error(ErrorKind::Usage, "%s already holds a checkpoint: an exported model starts a new directory", dir.c_str());
+std::shared_ptr<PyValue> megatron_state_dict(Gpt2& model) {
   const Gpt2Config& c = model->config();
   std::map<std::string, torch::Tensor> ours;
   for (const auto& item : model->named_parameters()) ours[item.key()] = item.value().detach().to(torch::kFloat);
@@ -294,7 +317,10 @@ void save_megatron_checkpoint(const std::string& dir, Gpt2& model, int64_t itera
   }
   weights("decoder.final_layernorm", "ln_f", false);
   put("output_layer._extra_state", py_none());
+  return state;
+}
 
+std::shared_ptr<PyValue> megatron_args(const Gpt2Config& c, int64_t iteration) {
   auto args = py_dict();
   auto arg_of = [&](const char* name, const std::shared_ptr<PyValue>& v) { args->entries.emplace_back(py_str(name), v); };
   arg_of("num_layers", py_int(c.num_layers));
@@ -321,13 +347,18 @@ void save_megatron_checkpoint(const std::string& dir, Gpt2& model, int64_t itera
   arg_of("iteration", py_int(iteration));
   arg_of("consumed_train_samples", py_int(0));
   arg_of("consumed_valid_samples", py_int(0));
+  return py_namespace(args);
+}
 
+void save_megatron_checkpoint(const std::string& dir, Gpt2& model, int64_t iteration) {
+  if (fs::exists(fs::path(dir) / "latest_checkpointed_iteration.txt"))
+    throw Error(ErrorKind::Usage, "%s already holds a checkpoint: an exported model starts a new directory", dir.c_str());
   PyValue top;
   top.kind = PyValue::Kind::Dict;
-  top.entries.emplace_back(py_str("args"), py_namespace(args));
+  top.entries.emplace_back(py_str("args"), megatron_args(model->config(), iteration));
   top.entries.emplace_back(py_str("checkpoint_version"), py_float(3.0));
   top.entries.emplace_back(py_str("iteration"), py_int(iteration));
-  top.entries.emplace_back(py_str("model"), state);
+  top.entries.emplace_back(py_str("model"), megatron_state_dict(model));
   const fs::path file = part_file(fs::path(dir) / megatron_iter_name(iteration), 0, 0, 1);
   fs::create_directories(file.parent_path());
   save_torch_file(file.string(), top);

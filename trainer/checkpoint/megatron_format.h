@@ -23,6 +23,7 @@
 #include <map>
 #include <string>
 
+#include "trainer/checkpoint/torch_pickle.h"
 #include "trainer/model/gpt2_model.h"
 
 namespace zlm::trainer {
@@ -37,17 +38,51 @@ std::string megatron_part_name(int64_t tp_rank, int64_t pp_rank, int64_t pp_size
 // no tracker or the file is missing (our reader then says what is wrong).
 bool is_megatron_checkpoint(const std::string& dir);
 
-struct MegatronModel {
+// A whole model read from another trainer's checkpoint (Megatron-LM's here,
+// DeepSpeed's in deepspeed_format.h), under our parameter names.
+struct ImportedModel {
+  std::string format;  // "Megatron-LM", "DeepSpeed": for messages
   Gpt2Config config;
   int64_t iteration = 0;
   int64_t tp = 1, pp = 1;                        // the layout it was saved in
   int64_t consumed_train = 0, consumed_valid = 0;  // samples (args.consumed_*_samples; else iteration x global batch)
-  std::map<std::string, torch::Tensor> params;  // our names, whole-model fp32 tensors
+  std::map<std::string, torch::Tensor> params;  // whole-model fp32 tensors
+  // Adam's moments, where the checkpoint has them in a layout we read (else
+  // empty), and the optimizer's step count.
+  std::map<std::string, torch::Tensor> exp_avg, exp_avg_sq;
+  int64_t adam_step = 0;
 };
-MegatronModel read_megatron_model(const std::string& dir);
 
-// The whole model (eval mode, CPU) of a Megatron-LM checkpoint directory.
-Gpt2 load_megatron_model(const std::string& dir, int64_t* iteration);
+// Megatron's `args` (an argparse.Namespace; Megatron-DeepSpeed saves the same
+// in DeepSpeed's files): the model's shape, the layout and the samples
+// consumed into `m` (m.iteration set first: it counts the samples when args
+// do not). Refuses an architecture zerolm does not train, naming the flag.
+void read_megatron_args(const PyValue& args, const std::string& file, ImportedModel& m);
+
+// Joins state dicts under Megatron's names (one per tensor-parallel rank and
+// pipeline stage) into whole tensors under ours: the tensor-parallel parts
+// concatenated along Megatron's split, the fused QKV rows reordered, layer
+// numbers made global. Moments, where given, go through the same.
+class MegatronJoin {
+ public:
+  explicit MegatronJoin(ImportedModel& m) : m_(m) {}
+  void add(int64_t tp_rank, int64_t pp_rank, const std::string& name, const torch::Tensor& weight, const std::string& file,
+           const torch::Tensor& exp_avg = {}, const torch::Tensor& exp_avg_sq = {});
+  // Fills m's params (and moments where every part had them).
+  void finish(const std::string& where);
+
+ private:
+  struct Parts {
+    std::map<int64_t, torch::Tensor> kind[3];
+  };
+  ImportedModel& m_;
+  std::map<std::string, Parts> parts_;
+};
+
+ImportedModel read_megatron_model(const std::string& dir);
+
+// The whole model (eval mode, CPU) of an imported checkpoint; `dir` names it in messages.
+Gpt2 imported_model(ImportedModel m, const std::string& dir);
 
 // Writes a whole model as Megatron-LM's checkpoint of `iteration` in a new
 // directory: one part (TP 1, PP 1), megatron-core's GPTModel names (with the
@@ -56,5 +91,11 @@ Gpt2 load_megatron_model(const std::string& dir, int64_t* iteration);
 // positions, LayerNorm, the default fused bias-GELU: tanh, as ours). What
 // Megatron's loader needs to continue from it; it has no optimizer state.
 void save_megatron_checkpoint(const std::string& dir, Gpt2& model, int64_t iteration);
+
+// Our model's state dict under megatron-core's names, with the _extra_state
+// entries its linear layers save and Megatron's fused QKV order (fp32), and
+// Megatron's args describing it (TP 1, PP 1): what both writers put in.
+std::shared_ptr<PyValue> megatron_state_dict(Gpt2& model);
+std::shared_ptr<PyValue> megatron_args(const Gpt2Config& c, int64_t iteration);
 
 }  // namespace zlm::trainer

@@ -45,7 +45,8 @@ bool allowed_global(const std::string& name) {
   static const char* const exact[] = {"collections.OrderedDict", "torch._utils._rebuild_tensor_v2", "torch._utils._rebuild_tensor",
                                       "torch._utils._rebuild_parameter", "torch._utils._rebuild_parameter_with_state", "torch.Size",
                                       "torch.device", "_codecs.encode", "argparse.Namespace", "builtins.set", "builtins.frozenset",
-                                      "builtins.slice", "builtins.complex", "io.BytesIO", "torch.serialization._get_layout"};
+                                      "builtins.slice", "builtins.complex", "io.BytesIO", "torch.serialization._get_layout",
+                                      "torch._tensor._rebuild_from_type_v2", "torch.Tensor", "torch.nn.parameter.Parameter"};
   for (const char* e : exact)
     if (name == e) return true;
   if (storage_types().count(name)) return true;
@@ -221,6 +222,9 @@ Py Unpickler::call(const Py& callable, const Py& args) {
     return a[0];
   }
   if (f == "torch.Size" && a.size() == 1) return tuple(a[0]->items);
+  // A tensor of a subclass (DeepSpeed's ZeRO-3 partitions): the rebuilt tensor is the data; its
+  // type (torch.Tensor, Parameter) and attributes (ds_id) are dropped.
+  if (f == "torch._tensor._rebuild_from_type_v2" && a.size() >= 3 && a[2]->kind == PyValue::Kind::Tuple) return call(a[0], a[2]);
   if (f == "_codecs.encode" && !a.empty() && a[0]->kind == PyValue::Kind::Str) {  // protocol 2's bytes: latin-1 of a str
     Py v = make(PyValue::Kind::Bytes);
     const std::string& u = a[0]->s;  // UTF-8; every code point is < 256
@@ -546,6 +550,14 @@ class Pickler {
         break;
       }
       case K::Object: {
+        if (v.s == "torch.Size" && v.items.size() == 1) {  // torch.Size((d0, d1, ...))
+          global("torch", "Size");
+          op('(');
+          value(*v.items[0]);
+          op('t');
+          op('R');
+          break;
+        }
         if (v.s != "argparse.Namespace" || !v.state) throw Error(ErrorKind::Internal, "save_torch_file: cannot write a %s", v.s.c_str());
         global("argparse", "Namespace");
         op(')');
@@ -647,6 +659,15 @@ std::shared_ptr<PyValue> py_none() { return made(PyValue::Kind::None, [](PyValue
 std::shared_ptr<PyValue> py_tensor(torch::Tensor t) { return made(PyValue::Kind::Tensor, [&](PyValue& v) { v.tensor = std::move(t); }); }
 std::shared_ptr<PyValue> py_global(std::string name) { return made(PyValue::Kind::Global, [&](PyValue& v) { v.s = std::move(name); }); }
 std::shared_ptr<PyValue> py_dict() { return made(PyValue::Kind::Dict, [](PyValue&) {}); }
+std::shared_ptr<PyValue> py_list() { return made(PyValue::Kind::List, [](PyValue&) {}); }
+std::shared_ptr<PyValue> py_size(const std::vector<int64_t>& dims) {
+  auto t = made(PyValue::Kind::Tuple, [](PyValue&) {});
+  for (int64_t d : dims) t->items.push_back(py_int(d));
+  return made(PyValue::Kind::Object, [&](PyValue& v) {
+    v.s = "torch.Size";
+    v.items.push_back(t);
+  });
+}
 std::shared_ptr<PyValue> py_namespace(std::shared_ptr<PyValue> fields) {
   return made(PyValue::Kind::Object, [&](PyValue& v) {
     v.s = "argparse.Namespace";

@@ -63,7 +63,7 @@ PyValue load_torch_file(const std::string& path);
 // record per tensor), to a temporary name renamed when complete. Takes None,
 // Bool, Int, Float, Str, Tuple, List, Dict (str keys; written as an
 // OrderedDict), Tensor, Global (written as the global it names: a torch dtype)
-// and Object of argparse.Namespace (its state dict). Python reads it with
+// and Object of argparse.Namespace (its state dict) or torch.Size. Python reads it with
 // torch.load.
 void save_torch_file(const std::string& path, const PyValue& v);
 
@@ -76,6 +76,8 @@ std::shared_ptr<PyValue> py_none();
 std::shared_ptr<PyValue> py_tensor(torch::Tensor t);
 std::shared_ptr<PyValue> py_global(std::string name);  // "torch.float32"
 std::shared_ptr<PyValue> py_dict();                    // then ->entries.emplace_back(py_str(key), value)
+std::shared_ptr<PyValue> py_list();                    // then ->items.push_back(value)
+std::shared_ptr<PyValue> py_size(const std::vector<int64_t>& dims);  // torch.Size(dims)
 std::shared_ptr<PyValue> py_namespace(std::shared_ptr<PyValue> fields);  // argparse.Namespace(**fields)
 
 // Interprets one pickle; `storage(key, dtype, numel)` supplies the tensor
