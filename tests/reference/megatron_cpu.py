@@ -2,7 +2,8 @@
 a Gloo group through a file rendezvous (no port to pick), the few CUDA-only
 defaults bypassed (the dropout RNG tracker's fork, the global memory buffer;
 the caller gives the causal mask), tanh GELU as Megatron's default
---bias-gelu-fusion computes it, tied embeddings, learned positions.
+--bias-gelu-fusion computes it (or erf, as --no-bias-gelu-fusion), tied
+embeddings, learned positions.
 
   init(work_dir, rank, world)      # once per process
   model = gpt(layers, hidden, heads, seq, vocab, seed)
@@ -39,15 +40,16 @@ def init(work, rank=0, world=1):
     parallel_state._GLOBAL_MEMORY_BUFFER = _CpuBuffer()
 
 
-def config(layers, hidden, heads):
+def config(layers, hidden, heads, erf=False):
+    """erf: Megatron's --no-bias-gelu-fusion (plain F.gelu); else its fused bias-GELU's tanh approximation."""
     return TransformerConfig(num_layers=layers, hidden_size=hidden, num_attention_heads=heads, use_cpu_initialization=True,
-                             activation_func=lambda x: F.gelu(x, approximate="tanh"), hidden_dropout=0.0, attention_dropout=0.0,
-                             init_method_std=0.02)
+                             activation_func=F.gelu if erf else (lambda x: F.gelu(x, approximate="tanh")), hidden_dropout=0.0,
+                             attention_dropout=0.0, init_method_std=0.02)
 
 
-def gpt(layers, hidden, heads, seq, vocab, seed):
+def gpt(layers, hidden, heads, seq, vocab, seed, erf=False):
     torch.manual_seed(seed)
-    return GPTModel(config(layers, hidden, heads), get_gpt_layer_local_spec(), vocab_size=vocab, max_sequence_length=seq,
+    return GPTModel(config(layers, hidden, heads, erf), get_gpt_layer_local_spec(), vocab_size=vocab, max_sequence_length=seq,
                     position_embedding_type="learned_absolute", share_embeddings_and_output_weights=True)
 
 

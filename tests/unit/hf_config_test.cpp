@@ -35,6 +35,9 @@ TEST(HfConfig, ReadsTheTutorialsGpt2Xl) {
   const HfGpt2Config d = read_hf_gpt2_config(dir.path("d.json"));
   EXPECT_EQ(d.n_layer, 12);
   EXPECT_EQ(d.n_embd, 768);
+  EXPECT_FALSE(c.erf_gelu);  // gelu_new: the tanh approximation
+  test::spit(dir.path("e.json"), with(kGpt2Xl, "\"gelu_new\"", "\"gelu\""));
+  EXPECT_TRUE(read_hf_gpt2_config(dir.path("e.json")).erf_gelu);  // exact GELU, as Megatron's --no-bias-gelu-fusion
 }
 
 TEST(HfConfig, RefusesAnotherModelNamingTheField) {
@@ -44,7 +47,7 @@ TEST(HfConfig, RefusesAnotherModelNamingTheField) {
     test::spit(p, text);
     EXPECT_ZLM_ERROR(read_hf_gpt2_config(p), ErrorKind::Usage, needle);
   };
-  refused(with(kGpt2Xl, "\"gelu_new\"", "\"gelu\""), "activation_function: 'gelu'");
+  refused(with(kGpt2Xl, "\"gelu_new\"", "\"relu\""), "activation_function: 'relu'");
   refused(with(kGpt2Xl, "1e-05", "1e-06"), "layer_norm_epsilon: 1e-06");
   refused(with(kGpt2Xl, "\"embd_pdrop\": 0.1", "\"embd_pdrop\": 0.2"), "embd_pdrop: 0.2 differs from resid_pdrop 0.1");
   refused(with(kGpt2Xl, "\"n_ctx\": 1024", "\"n_ctx\": 2048"), "n_ctx: 2048 differs from n_positions 1024");

@@ -43,6 +43,18 @@ TEST(MegatronArgs, TutorialCommandParses) {
   EXPECT_DOUBLE_EQ(a.min_lr, 1e-5);
 }
 
+// Megatron's GELU switches: the fused bias-GELU (default) and --openai-gelu are tanh, the fusion off alone is erf.
+TEST(MegatronArgs, GeluFlags) {
+  TrainArgs a = config(tutorial());
+  EXPECT_TRUE(a.bias_gelu_fusion);
+  EXPECT_FALSE(a.openai_gelu);
+  auto words = tutorial();
+  words.push_back("--no-bias-gelu-fusion");
+  EXPECT_FALSE(config(words).bias_gelu_fusion);
+  words.push_back("--openai-gelu");
+  EXPECT_TRUE(config(words).openai_gelu);
+}
+
 TEST(MegatronArgs, BlendedDataPath) {
   auto w = tutorial();
   auto it = std::find(w.begin(), w.end(), "data_text_document");

@@ -146,6 +146,8 @@ class CheckpointReader {
                           .hidden_dropout = 0, .attention_dropout = 0};
       torch::Tensor entries;  // absent from checkpoints saved before it was written
       if (ar.try_read("vocab_entries", entries)) config.vocab_entries = entries.item<int64_t>();
+      torch::Tensor erf;
+      config.erf_gelu = ar.try_read("erf_gelu", erf) && erf.item<int64_t>() != 0;
       torch::Tensor par;
       if (ar.try_read("parallel", par)) layout = Layout{par[0].item<int64_t>(), par[1].item<int64_t>(), par[2].item<int64_t>()};
       torch::serialize::InputArchive opt;
@@ -281,6 +283,14 @@ void check_vocabulary(const CheckpointReader& r, const Gpt2Config& run, int64_t 
                                           : "add embedding rows that were never trained");
 }
 
+// The GELU a checkpoint was trained with is the one the run computes, or the model would change.
+void check_gelu(const std::string& where, const Gpt2Config& saved, const Gpt2Config& run) {
+  if (saved.erf_gelu == run.erf_gelu) return;
+  auto name = [](bool erf) { return erf ? "exact (erf) GELU, --no-bias-gelu-fusion" : "tanh-approximated GELU, Megatron's default"; };
+  throw Error(ErrorKind::Usage, "%s: the checkpoint was trained with %s; this run computes %s ---> HINT: %s", where.c_str(), name(saved.erf_gelu),
+              name(run.erf_gelu), saved.erf_gelu ? "add --no-bias-gelu-fusion" : "drop --no-bias-gelu-fusion (or add --openai-gelu)");
+}
+
 // A checkpoint of Megatron-LM or DeepSpeed (megatron_format.h,
 // deepspeed_format.h): its weights, cut for this rank, its iteration and
 // consumed samples, and Adam's moments and step where it has them (else they
@@ -292,6 +302,7 @@ bool load_imported_checkpoint(const TrainArgs& a, ImportedModel m, Gpt2& model, 
     throw Error(ErrorKind::Usage, "--load %s: a %s checkpoint of %ld layers, hidden %ld, %ld heads, %ld positions; this run has %ld, %ld, "
                 "%ld, %ld", a.load.c_str(), m.format.c_str(), (long)s.num_layers, (long)s.hidden, (long)s.heads, (long)s.max_positions,
                 (long)c.num_layers, (long)c.hidden, (long)c.heads, (long)c.max_positions);
+  check_gelu("--load " + a.load, s, c);
   if (s.vocab_size != c.vocab_size && grid.world().rank() == 0)
     ZLM_LOG_WRN("WARNING: the checkpoint's padded vocabulary has %ld rows, this run's %ld; padding rows %s", (long)s.vocab_size,
                 (long)c.vocab_size, s.vocab_size > c.vocab_size ? "dropped" : "added (copies of the last row)");
@@ -369,6 +380,7 @@ torch::serialize::OutputArchive part_archive(Gpt2& model, const ZeroEngine::Full
   const Gpt2Config& c = model->config();
   archive.write("config", torch::tensor({c.vocab_size, c.max_positions, c.num_layers, c.hidden, c.heads}));
   if (c.vocab_entries > 0) archive.write("vocab_entries", torch::tensor(c.vocab_entries));
+  if (c.erf_gelu) archive.write("erf_gelu", torch::tensor(int64_t{1}));  // absent: the tanh approximation
   archive.write("parallel", torch::tensor({lay.tp, lay.pp, lay.chunks, tp_rank, pp_rank}));
   if (rng.state().defined()) {  // a run's streams (a converted model has none)
     archive.write("rng_cpu", at::globalContext().defaultGenerator(torch::kCPU).get_state());
@@ -521,6 +533,7 @@ bool load_checkpoint(const TrainArgs& a, Gpt2& model, ZeroEngine& engine, Proces
                 r.path(0, 0).c_str(), (long)s.num_layers, (long)s.hidden, (long)s.heads, (long)s.vocab_size, (long)c.num_layers,
                 (long)c.hidden, (long)c.heads, (long)c.vocab_size);
   check_vocabulary(r, c, a.make_vocab_size_divisible_by);
+  check_gelu(r.path(0, 0), s, c);
   if (s.vocab_size != c.vocab_size && grid.world().rank() == 0)
     ZLM_LOG_WRN("WARNING: the checkpoint's padded vocabulary has %ld rows, this run's %ld (another --tensor-model-parallel-size or "
                 "--make-vocab-size-divisible-by); padding rows %s, every token's row kept", (long)s.vocab_size, (long)c.vocab_size,

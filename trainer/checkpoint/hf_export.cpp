@@ -59,7 +59,7 @@ std::string hf_config_json(const Gpt2Config& cfg, int64_t vocab) {
              .add("n_layer", cfg.num_layers)
              .add("n_head", cfg.heads)
              .add_null("n_inner")
-             .add("activation_function", "gelu_new")
+             .add("activation_function", cfg.erf_gelu ? "gelu" : "gelu_new")
              .add("layer_norm_epsilon", 1e-5)
              .add("initializer_range", cfg.init_std)
              .add("resid_pdrop", 0.0)
@@ -204,7 +204,7 @@ Gpt2 import_hf(const std::string& dir, int64_t divisible_by) {
   }
   const auto padded = static_cast<int64_t>(padded_vocab_size(static_cast<uint64_t>(hf.vocab_size), static_cast<uint64_t>(divisible_by)));
   const Gpt2Config c{.vocab_size = padded, .vocab_entries = hf.vocab_size, .max_positions = hf.n_positions, .num_layers = hf.n_layer,
-                     .hidden = hf.n_embd, .heads = hf.n_head, .hidden_dropout = 0, .attention_dropout = 0};
+                     .hidden = hf.n_embd, .heads = hf.n_head, .hidden_dropout = 0, .attention_dropout = 0, .erf_gelu = hf.erf_gelu};
   Gpt2 model(c, ModelPart{}, ParamInit::Empty);  // every parameter is read below (the padding rows zeroed)
   const SafetensorsFile file = read_safetensors(st_path, std::move(data));
   torch::NoGradGuard no_grad;

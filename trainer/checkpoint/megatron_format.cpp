@@ -93,11 +93,14 @@ void check_architecture(const PyValue& args, const std::string& file) {
   if (arg(args, "num_layers_per_virtual_pipeline_stage"))
     throw Error(ErrorKind::Usage, "%s: a checkpoint of an interleaved pipeline (--num-layers-per-virtual-pipeline-stage) is not read yet",
                 file.c_str());
-  // Megatron's GELU: --bias-gelu-fusion (its default) and --openai-gelu compute the tanh
-  // approximation, as zerolm does; plain F.gelu (--no-bias-gelu-fusion alone) is erf.
+}
+
+// Megatron's GELU: --bias-gelu-fusion (its default) and --openai-gelu compute the tanh
+// approximation; plain F.gelu (--no-bias-gelu-fusion alone) is exact (erf).
+bool erf_gelu(const PyValue& args) {
   const PyValue* fusion = arg(args, "bias_gelu_fusion");
-  if (fusion && fusion->is(PyValue::Kind::Bool) && !fusion->b && !flag("openai_gelu"))
-    refuse("erf GELU", "--no-bias-gelu-fusion without --openai-gelu");
+  const PyValue* openai = arg(args, "openai_gelu");
+  return fusion && fusion->is(PyValue::Kind::Bool) && !fusion->b && !(openai && openai->is(PyValue::Kind::Bool) && openai->b);
 }
 
 // Megatron's name of one part's tensor -> ours (layer numbers made global), "" for
@@ -193,6 +196,7 @@ void read_megatron_args(const PyValue& args, const std::string& where, ImportedM
   c.max_positions = int_arg(args, "max_position_embeddings", where);
   c.vocab_size = int_arg(args, "padded_vocab_size", where);
   c.hidden_dropout = c.attention_dropout = 0;
+  c.erf_gelu = erf_gelu(args);
   auto samples = [&](const char* name, int64_t per_iteration) {
     const PyValue* v = arg(args, name);
     return v ? v->as_int() : m.iteration * per_iteration;
@@ -337,7 +341,7 @@ std::shared_ptr<PyValue> megatron_args(const Gpt2Config& c, int64_t iteration) {
   arg_of("normalization", py_str("LayerNorm"));
   arg_of("layernorm_epsilon", py_float(1e-5));
   arg_of("add_bias_linear", py_bool(true));
-  arg_of("bias_gelu_fusion", py_bool(true));
+  arg_of("bias_gelu_fusion", py_bool(!c.erf_gelu));
   arg_of("openai_gelu", py_bool(false));
   arg_of("swiglu", py_bool(false));
   arg_of("untie_embeddings_and_output_weights", py_bool(false));

@@ -12,9 +12,11 @@
 // nested or flat. The parts are joined along Megatron's splits; the fused QKV
 // rows go from Megatron's order (per head: its q, k and v rows) to ours ([q of
 // every head | k | v]); layer numbers become global from the pipeline stage.
-// The shape comes from `args`. A model zerolm does not train (rotary or no
-// position embeddings, RMSNorm, SwiGLU, grouped-query attention, untied output
-// weights, no linear biases, erf GELU) is refused naming the argument.
+// The shape comes from `args`, and so does the GELU (tanh unless
+// --no-bias-gelu-fusion without --openai-gelu: erf). A model zerolm does not
+// train (rotary or no position embeddings, RMSNorm, SwiGLU, grouped-query
+// attention, untied output weights, no linear biases) is refused naming the
+// argument.
 // What is read: the weights, the iteration and the samples consumed (Megatron
 // keeps them in args). The optimizer state and RNG streams are not (yet): a
 // run resumed from one starts Adam afresh.
@@ -88,7 +90,7 @@ Gpt2 imported_model(ImportedModel m, const std::string& dir);
 // directory: one part (TP 1, PP 1), megatron-core's GPTModel names (with the
 // _extra_state entries its linear layers save), Megatron's fused QKV order,
 // fp32 weights, and args that describe the model (its shape, learned
-// positions, LayerNorm, the default fused bias-GELU: tanh, as ours). What
+// positions, LayerNorm, bias_gelu_fusion unless the model's GELU is erf). What
 // Megatron's loader needs to continue from it; it has no optimizer state.
 void save_megatron_checkpoint(const std::string& dir, Gpt2& model, int64_t iteration);
 

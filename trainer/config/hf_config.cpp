@@ -65,8 +65,9 @@ void refuse_other_models(const JsonObjectView& cfg, const HfGpt2Config& c) {
     cfg.fail("n_inner", strprintf("%ld: zerolm's MLP is 4 x n_embd (set n_inner to null or %ld)", (long)cfg.integer("n_inner"), (long)(4 * c.n_embd)));
   if (cfg.has("activation_function")) {
     const std::string act = cfg.string("activation_function");
-    if (act != "gelu_new" && act != "gelu_pytorch_tanh" && act != "gelu_fast")
-      cfg.fail("activation_function", "'" + act + "': zerolm trains the tanh-approximated GELU (gelu_new, Megatron's bias-GELU fusion)");
+    if (act != "gelu_new" && act != "gelu_pytorch_tanh" && act != "gelu_fast" && act != "gelu")
+      cfg.fail("activation_function", "'" + act + "': zerolm trains GELU, tanh-approximated (gelu_new, Megatron's bias-GELU fusion) or "
+               "exact (gelu, Megatron's --no-bias-gelu-fusion)");
   }
   if (cfg.has("layer_norm_epsilon") && std::fabs(cfg.number("layer_norm_epsilon") - 1e-5) > 1e-12)
     cfg.fail("layer_norm_epsilon", strprintf("%g: zerolm's LayerNorm uses 1e-5 (Megatron's and GPT-2's)", cfg.number("layer_norm_epsilon")));
@@ -97,6 +98,7 @@ HfGpt2Config read_hf_gpt2_config(const std::string& path) {
   c.path = path;
   read_shape(cfg, c);
   refuse_other_models(cfg, c);
+  c.erf_gelu = cfg.has("activation_function") && cfg.string("activation_function") == "gelu";
   return c;
 }
 

@@ -27,6 +27,7 @@ struct HfGpt2Config {
   double resid_pdrop = 0.1, attn_pdrop = 0.1, embd_pdrop = 0.1;
   double initializer_range = 0.02;
   int64_t eos_token_id = 50256;  // -1 when the file gives null
+  bool erf_gelu = false;          // activation_function "gelu" (exact); else a tanh approximation
 };
 
 // Throws zlm::Error(Usage) naming `path` and the field for values zerolm does

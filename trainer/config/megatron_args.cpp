@@ -152,6 +152,11 @@ std::map<std::string, Spec> specs() {
   m["--accumulate-allreduce-grads-in-fp32"] = {Spec::Flag, [](TrainArgs& a, const std::vector<std::string>&) { a.grad_reduce_dtype = "fp32"; },
                                                 "with --fp16: accumulate and reduce gradients in fp32 (--bf16 always does, as in Megatron)"};
   flag("--checkpoint-activations", &TrainArgs::checkpoint_activations, "recompute each layer in backward");
+  // Megatron's GELU switches: its fused bias-GELU (the default) and --openai-gelu compute the
+  // tanh approximation; --no-bias-gelu-fusion alone leaves F.gelu, which is exact (erf).
+  flag("--bias-gelu-fusion", &TrainArgs::bias_gelu_fusion, "tanh-approximated GELU, as Megatron's fused bias-GELU (the default)");
+  no_flag("--no-bias-gelu-fusion", &TrainArgs::bias_gelu_fusion, "exact (erf) GELU, as Megatron without the fusion (unless --openai-gelu)");
+  flag("--openai-gelu", &TrainArgs::openai_gelu, "tanh-approximated GELU (OpenAI's formula)");
   flag("--use-cpu-initialization", &TrainArgs::use_cpu_initialization, "draw the initial weights on the CPU (a GPU run then starts as a CPU run)");
   no_flag("--no-check-for-nan-in-loss-and-grad", &TrainArgs::check_for_nan, "train on when the loss or the gradient norm is NaN/inf (default: stop)");
   flag("--check-for-nan-in-loss-and-grad", &TrainArgs::check_for_nan, "stop when the loss or the gradient norm is NaN/inf (the default)");

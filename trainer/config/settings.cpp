@@ -45,6 +45,10 @@ void merge_model_config(TrainArgs& a, Origins& o) {
   set("--attention-dropout", "attn_pdrop", c.attn_pdrop, a.attention_dropout);
   set("--init-method-std", "initializer_range", c.initializer_range, a.init_method_std);
   if (!o.given("--seq-length")) a.seq_length = c.n_positions;  // HF trains on n_positions-token blocks
+  const bool erf_flags = !a.bias_gelu_fusion && !a.openai_gelu;
+  if ((o.on_command_line("--no-bias-gelu-fusion") || o.on_command_line("--openai-gelu")) && erf_flags != c.erf_gelu)
+    throw Error(ErrorKind::Usage, "the GELU flags disagree with %s's activation_function (%s)", c.path.c_str(), c.erf_gelu ? "gelu: exact" : "a tanh approximation");
+  if (c.erf_gelu) a.bias_gelu_fusion = false, a.openai_gelu = false;
   a.model_config_vocab_size = c.vocab_size;
   a.model_config_eos = c.eos_token_id;
 }

@@ -82,7 +82,8 @@ LayerParamsImpl::LayerParamsImpl(const std::vector<int64_t>& weight_shape, int64
 }
 
 Gpt2BlockImpl::Gpt2BlockImpl(const Gpt2Config& c, const TensorParallel* tp, ParamInit init)
-    : tp_(tp), heads_(c.heads / tp->size), hidden_dropout_(c.hidden_dropout), attention_dropout_(c.attention_dropout) {
+    : tp_(tp), heads_(c.heads / tp->size), hidden_dropout_(c.hidden_dropout), attention_dropout_(c.attention_dropout),
+      gelu_(c.erf_gelu ? "none" : "tanh") {
   const int64_t C = c.hidden, n = tp->size;
   auto linear = [&](const char* name, int64_t in, int64_t out) { return register_module(name, LayerParams(std::vector<int64_t>{out, in}, out, init)); };
   ln1 = register_module("ln1", LayerParams(std::vector<int64_t>{C}, C, init));
@@ -127,7 +128,7 @@ torch::Tensor Gpt2BlockImpl::compute(const torch::Tensor& x) {
   };
   auto o = row_parallel(y, attn_proj);
   auto h = x + drop(o, hidden_dropout_, is_training());
-  auto f = F::gelu(at::linear(enter(norm(ln2, h)), mlp_fc->weight, mlp_fc->bias), F::GELUFuncOptions().approximate("tanh"));
+  auto f = F::gelu(at::linear(enter(norm(ln2, h)), mlp_fc->weight, mlp_fc->bias), F::GELUFuncOptions().approximate(gelu_));
   auto m = row_parallel(f, mlp_proj);
   return h + drop(m, hidden_dropout_, is_training());
 }

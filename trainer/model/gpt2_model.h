@@ -87,6 +87,9 @@ struct Gpt2Config {
   bool checkpoint_activations = false;
   uint64_t seed = 1234;             // initial weights
   bool cpu_initialization = false;  // initial_value() draws on the CPU, not on the device asked for
+  // The MLP's GELU: the tanh approximation (Megatron's default fused bias-GELU,
+  // GPT-2's gelu_new), or exact with erf (Megatron's --no-bias-gelu-fusion).
+  bool erf_gelu = false;
 };
 
 // How a model's parameters are created.
@@ -126,6 +129,7 @@ class Gpt2BlockImpl : public torch::nn::Module {
   const TensorParallel* tp_;
   int64_t heads_;  // on this rank
   double hidden_dropout_, attention_dropout_;
+  const char* gelu_;  // F::gelu's approximate: "tanh" or "none" (erf)
 };
 TORCH_MODULE(Gpt2Block);
 

@@ -370,7 +370,7 @@ void Trainer::build_model() {
                  .hidden = a_.hidden_size, .heads = a_.num_attention_heads, .init_std = a_.init_method_std,
                  .hidden_dropout = a_.hidden_dropout, .attention_dropout = a_.attention_dropout,
                  .checkpoint_activations = a_.checkpoint_activations, .seed = a_.seed,
-                 .cpu_initialization = a_.use_cpu_initialization};
+                 .cpu_initialization = a_.use_cpu_initialization, .erf_gelu = !a_.bias_gelu_fusion && !a_.openai_gelu};
   ModelPart part;
   part.tp = TensorParallel{&g.tp(), g.tp_size(), g.tp_rank(), a_.sequence_parallel, &rng_};
   part.pre = g.first_stage();
