@@ -18,6 +18,10 @@ iteration), then trains K more. Checked, for every stage and rank count:
   - convert_gpt --load DIR --export-deepspeed OUT (the same stage, 2 ranks):
     DeepSpeed's get_fp32_state_dict_from_zero_checkpoint(OUT) equals its
     reading of DIR exactly.
+The pipeline engine too (one stage, ZeRO 1, one rank): a PipelineModule laid
+out as Megatron-DeepSpeed's GPTModelPipe, saving layer_XX-model_states.pt
+files, checked for the logits and the resumed losses, and for the logits read
+from the layer files alone.
 Also refused: a DeepSpeed checkpoint without Megatron's args, naming why.
 
   deepspeed_checkpoint_reads.py BIN_DIR DATA_DIR WORK_DIR    (exit 77: a package is missing)
@@ -50,7 +54,7 @@ VOCAB_FILE = os.path.join(DATA_DIR, "megatron", "gpt2-tiny-vocab.json")
 L, H, HEADS, SEQ, MICRO, GLOBAL, N, K, LR, SEED = 2, 64, 4, 32, 2, 4, 2, 3, 3e-3, 1234
 VOCAB = 5120  # the tiny vocabulary (5000 tokens) padded as pretrain_gpt pads it
 TOKENS = torch.tensor([[5, 17, 3, 99, 42, 0, 4999, 8, 640, 31]])
-CASES = [(world, stage) for world in (1, 2) for stage in (1, 2, 3)]
+CASES = [(world, stage) for world in (1, 2) for stage in (1, 2, 3)] + [("pipe", 1)]  # the pipeline engine: 1 stage, 1 rank
 INDEX = os.path.join(WORK, "cache", os.path.basename(DATA) + "_train_indexmap_%dns_%dsl_%ds" % ((N + K) * GLOBAL, SEQ, SEED))
 
 
@@ -121,6 +125,97 @@ def worker(rank, world, stages, out):
     os._exit(0)  # past DeepSpeed's and Gloo's teardown: everything is on disk
 
 
+def pipe_worker(rank, out):
+    """DeepSpeed's pipeline engine (one stage, ZeRO 1) over a PipelineModule laid out as Megatron-DeepSpeed's
+    GPTModelPipe: a tied embedding, transformer layers with its legacy names, the final LayerNorm, the tied
+    head. Its weights are megatron-core's GPTModel's (seed 5), so it computes the same function."""
+    os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1")
+    torch.set_num_threads(1)
+    import deepspeed
+    import torch.nn as nn
+    from deepspeed.pipe import LayerSpec, PipelineModule, TiedLayerSpec
+    megatron_cpu.init(out)
+    deepspeed.init_distributed(dist_backend="gloo")
+
+    class EmbeddingPipe(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.word_embeddings = nn.Embedding(VOCAB, H)
+            self.position_embeddings = nn.Embedding(SEQ, H)
+
+        @property
+        def word_embeddings_weight(self):
+            return self.word_embeddings.weight
+
+        def forward(self, tokens):
+            return self.word_embeddings(tokens) + self.position_embeddings(torch.arange(tokens.shape[1]))
+
+    class Layer(nn.Module):  # ParallelTransformerLayerPipe's parameters, by their names
+        def __init__(self):
+            super().__init__()
+            self.input_layernorm, self.post_attention_layernorm = nn.LayerNorm(H), nn.LayerNorm(H)
+            self.self_attention = nn.Module()
+            self.self_attention.query_key_value, self.self_attention.dense = nn.Linear(H, 3 * H), nn.Linear(H, H)
+            self.mlp = nn.Module()
+            self.mlp.dense_h_to_4h, self.mlp.dense_4h_to_h = nn.Linear(H, 4 * H), nn.Linear(4 * H, H)
+
+        def forward(self, x):
+            B, T, _ = x.shape  # Megatron's fused QKV: per head, its q, k and v rows
+            qkv = self.self_attention.query_key_value(self.input_layernorm(x)).view(B, T, HEADS, 3, H // HEADS)
+            q, k, v = (qkv[..., i, :].transpose(1, 2) for i in range(3))
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(B, T, H)
+            x = x + self.self_attention.dense(y)
+            return x + self.mlp.dense_4h_to_h(F.gelu(self.mlp.dense_h_to_4h(self.post_attention_layernorm(x)), approximate="tanh"))
+
+    specs = [lambda t: t, TiedLayerSpec("embed", EmbeddingPipe, tied_weight_attr="word_embeddings_weight")]
+    specs += [LayerSpec(Layer) for _ in range(L)] + [LayerSpec(nn.LayerNorm, H)]
+    specs += [TiedLayerSpec("embed", EmbeddingPipe, forward_fn=lambda e, x: x @ e.word_embeddings.weight.t(),
+                            tied_weight_attr="word_embeddings_weight")]
+    pipe = PipelineModule(layers=specs, num_stages=1, partition_method="uniform",
+                          loss_fn=lambda logits, labels: F.cross_entropy(logits.reshape(-1, VOCAB), labels.reshape(-1)))
+    core = megatron_cpu.gpt(L, H, HEADS, SEQ, VOCAB, seed=5).state_dict()
+    theirs = {"input_layernorm": "input_layernorm", "self_attention.query_key_value": "self_attention.linear_qkv",
+              "self_attention.dense": "self_attention.linear_proj", "post_attention_layernorm": "pre_mlp_layernorm",
+              "mlp.dense_h_to_4h": "mlp.linear_fc1", "mlp.dense_4h_to_h": "mlp.linear_fc2"}
+    with torch.no_grad():
+        for name, p in pipe.named_parameters():
+            head, rest = name.split(".", 1)
+            if head == "tied_modules":
+                src = "embedding." + rest.split(".", 1)[1]
+            elif int(head) == 2 + L:
+                src = "decoder.final_layernorm." + rest
+            else:
+                sub, part = rest.rsplit(".", 1)
+                src = f"decoder.layers.{int(head) - 2}.{theirs[sub]}.{part}"
+            p.copy_(core[src])
+    decay = [p for p in pipe.parameters() if p.dim() >= 2]
+    no_decay = [p for p in pipe.parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01}, {"params": no_decay, "weight_decay": 0.0}], lr=LR)
+    cfg = {"train_micro_batch_size_per_gpu": MICRO, "gradient_accumulation_steps": GLOBAL // MICRO, "zero_optimization": {"stage": 1},
+           "gradient_clipping": 0.0, "steps_per_print": 10 ** 9}
+    engine, _, _, _ = deepspeed.initialize(model=pipe, optimizer=opt, config=cfg, dist_init_required=False)
+    sample = sample_reader(DATA, INDEX)
+
+    def batches(it):
+        for m in range(GLOBAL // MICRO):
+            first = (it - 1) * GLOBAL + m * MICRO
+            b = torch.tensor(np.stack([sample(first + i) for i in range(MICRO)]).astype(np.int64))
+            yield b[:, :-1], b[:, 1:]
+    losses = {}
+    for it in range(1, N + K + 1):
+        losses[it] = engine.train_batch(batches(it)).item()
+        if it == N:
+            ckpt = os.path.join(out, "pipe_z1")
+            engine.save_checkpoint(ckpt, client_state={"args": megatron_args(), "iteration": N, "checkpoint_version": 3.0})
+            with torch.no_grad():
+                torch.save(pipe(TOKENS)[0].float(), ckpt + ".logits.pt")
+    with open(os.path.join(out, "pipe_z1.losses.json"), "w") as f:
+        json.dump(losses, f)
+    torch.distributed.destroy_process_group()
+    sys.stdout.flush()
+    os._exit(0)
+
+
 def logits_of(dir_):
     out = os.path.join(WORK, "logits.txt")
     subprocess.run([os.path.join(BIN, "convert_gpt"), "--load", dir_, "--dump-logits", out, "--tokens",
@@ -135,9 +230,10 @@ def main():
     for world in (1, 2):
         out = fresh_dir(os.path.join(WORK, f"ds{world}"))
         mp.spawn(worker, args=(world, [s for w, s in CASES if w == world], out), nprocs=world, join=True)
+    mp.spawn(pipe_worker, args=(fresh_dir(os.path.join(WORK, "dspipe")),), nprocs=1, join=True)
     ok = True
     for world, stage in CASES:
-        name = f"w{world}_z{stage}"
+        name = f"w{world}_z{stage}" if world != "pipe" else "pipe_z1"
         ckpt = os.path.join(WORK, f"ds{world}", name)
         want = torch.load(ckpt + ".logits.pt")
         diff = (logits_of(ckpt) - want).abs().max().item()
@@ -163,6 +259,8 @@ def main():
         print(f"{'ok  ' if good else 'FAIL'} {name}: pretrain_gpt --load resumes iteration {N}: losses of iterations {N + 1}-{N + K} "
               f"within {worst:.1e} (relative) of DeepSpeed's continuing run")
 
+        if world == "pipe":  # zero_to_fp32 names its parameters by layer index ("2.input_layernorm.weight"): no export check
+            continue
         exported = os.path.join(WORK, "exported_" + name)
         subprocess.run([os.path.join(BIN, "convert_gpt"), "--load", ckpt, "--export-deepspeed", exported, "--zero-stage", str(stage),
                         "--data-parallel-size", "2", "-q"], check=True)
@@ -173,6 +271,19 @@ def main():
         ok &= same
         print(f"{'ok  ' if same else 'FAIL'} {name}: zero_to_fp32 of convert_gpt --export-deepspeed (ZeRO {stage}, 2 ranks) "
               f"{'equals' if same else 'differs from'} its reading of DeepSpeed's own")
+
+    # The pipeline engine's layer files alone (as with several stages, whose partitions are not read):
+    # the weights are theirs.
+    layers_only = os.path.join(WORK, "pipe_layers")
+    subprocess.run(["cp", "-r", os.path.join(WORK, "dspipe", "pipe_z1"), layers_only], check=True)
+    tag = open(os.path.join(layers_only, "latest")).read().strip()
+    for f in os.listdir(os.path.join(layers_only, tag)):
+        if f.endswith("optim_states.pt"):
+            os.remove(os.path.join(layers_only, tag, f))
+    diff = (logits_of(layers_only) - torch.load(os.path.join(WORK, "dspipe", "pipe_z1.logits.pt"))).abs().max().item()
+    good = diff <= 1e-5
+    ok &= good
+    print(f"{'ok  ' if good else 'FAIL'} pipe_z1 without its optim_states files: the layer files' weights, logits within {diff:.1e}")
 
     # Without Megatron's args the shape (the attention heads) is unknown: refused, saying so.
     bare = os.path.join(WORK, "bare")

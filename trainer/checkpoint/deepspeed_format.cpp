@@ -36,7 +36,7 @@ std::string optim_file(int64_t tp, int64_t dp) { return strprintf("zero_pp_rank_
 
 // Data-parallel rank D's optimizer file of tensor-parallel rank TT, for every D present, in rank order.
 std::vector<fs::path> optim_files(const fs::path& tag, int64_t tp) {
-  const std::regex name("zero_pp_rank_([0-9]+)_mp_rank_([0-9]+)_optim_states\\.pt");
+  const std::regex name("(?:bf16_)?zero_pp_rank_([0-9]+)_mp_rank_([0-9]+)_optim_states\\.pt");  // bf16_: DeepSpeed's BF16 optimizer
   std::map<long, fs::path> found;
   for (const auto& e : fs::directory_iterator(tag)) {
     std::smatch m;
@@ -177,6 +177,70 @@ void merge_stage3(const std::vector<std::vector<Param>>& groups, const std::vect
                 (long)flat[0].numel());
 }
 
+// The pipeline engine's checkpoint (PipelineModule, as Megatron-DeepSpeed's GPTModelPipe): one
+// file per layer holding parameters, layer_XX[-model_TT]-model_states.pt (XX the layer's index in
+// the module's list, global over the stages; TT the tensor-parallel rank), and parameter names
+// "XX.<sub>" or "tied_modules.<key>.<sub>" in the ZeRO files. Each layer is told by what it holds:
+// the embedding (word_embeddings), a transformer layer (input_layernorm), the final LayerNorm
+// (just weight and bias); they become Megatron's legacy names.
+class PipeLayers {
+ public:
+  PipeLayers(const fs::path& tag, int64_t tp) {
+    const std::regex name("layer_([0-9]+)(?:-model_([0-9]+))?-model_states\\.pt");
+    std::map<long, fs::path> files;
+    for (const auto& e : fs::directory_iterator(tag)) {
+      std::smatch m;
+      const std::string f = e.path().filename().string();
+      if (std::regex_match(f, m, name) && (m[2].matched ? std::stol(m[2]) : 0) == tp) files[std::stol(m[1])] = e.path();
+    }
+    int64_t blocks = 0;
+    for (auto& [index, path] : files) {
+      PyValue v = load_torch_file(path.string());
+      if (!v.is(PyValue::Kind::Dict)) throw Error(ErrorKind::Format, "%s: %s, not a layer's state dict", path.c_str(), v.describe().c_str());
+      std::string prefix;
+      if (v.find("word_embeddings.weight")) {
+        if (have_embedding_) continue;  // the last stage's copy of the tied embedding
+        have_embedding_ = true;
+        prefix = "language_model.embedding.";
+      } else if (v.find("input_layernorm.weight")) {
+        prefix = "language_model.encoder.layers." + std::to_string(blocks++) + ".";
+      } else if (v.entries.size() == 2 && v.find("weight") && v.find("bias")) {
+        prefix = "language_model.encoder.final_layernorm.";
+      } else {
+        throw Error(ErrorKind::Format, "%s: a layer of a GPT that zerolm does not know (%s)", path.c_str(),
+                    v.entries.empty() ? "empty" : v.entries[0].first->as_str().c_str());
+      }
+      prefixes_[index] = prefix;
+      for (auto& [k, t] : v.entries) weights_.emplace_back(prefix + k->as_str(), t->is(PyValue::Kind::Tensor) ? t->as_tensor() : torch::Tensor());
+      files_.push_back(path.string());
+    }
+  }
+  bool empty() const { return files_.empty(); }
+  // The weights as the layer files hold them (the module's dtype), under Megatron's names.
+  const std::vector<std::pair<std::string, torch::Tensor>>& weights() const { return weights_; }
+  const std::string& file() const { return files_.front(); }
+  // A ZeRO parameter name ("3.mlp.dense_h_to_4h.weight", "tied_modules.embed.word_embeddings.weight") -> Megatron's.
+  std::string megatron_name(const std::string& name, const std::string& where) const {
+    if (name.starts_with("tied_modules.")) {
+      const size_t dot = name.find('.', std::strlen("tied_modules."));
+      if (dot != std::string::npos) return "language_model.embedding." + name.substr(dot + 1);
+    }
+    const size_t dot = name.find('.');
+    char* end = nullptr;
+    const long index = std::strtol(name.c_str(), &end, 10);
+    auto it = prefixes_.find(index);
+    if (dot == std::string::npos || end != name.c_str() + dot || it == prefixes_.end())
+      throw Error(ErrorKind::Format, "%s: parameter '%s' belongs to no layer file", where.c_str(), name.c_str());
+    return it->second + name.substr(dot + 1);
+  }
+
+ private:
+  std::map<long, std::string> prefixes_;
+  std::vector<std::pair<std::string, torch::Tensor>> weights_;
+  std::vector<std::string> files_;
+  bool have_embedding_ = false;
+};
+
 }  // namespace
 
 bool is_deepspeed_checkpoint(const std::string& dir) {
@@ -194,8 +258,8 @@ ImportedModel read_deepspeed_model(const std::string& dir) {
   const bool stage3 = !fs::exists(*tag / model_file(0, false));
   const fs::path first = *tag / model_file(0, stage3);
   if (!fs::exists(first))
-    throw Error(ErrorKind::Usage, "%s: a pipeline engine's checkpoint (layer_XX-model_states.pt files), which zerolm does not read yet",
-                tag->c_str());
+    throw Error(ErrorKind::Format, "%s: no %s or %s (the file with the engine's state and Megatron's args)", tag->c_str(),
+                model_file(0, false).c_str(), model_file(0, true).c_str());
   ImportedModel m;
   m.format = "DeepSpeed";
   PyValue head = load_torch_file(first.string());
@@ -208,9 +272,6 @@ ImportedModel read_deepspeed_model(const std::string& dir) {
   read_megatron_args(*args, first.string(), m);
   if (!args->find("consumed_train_samples"))
     if (const PyValue* s = head.find("global_samples")) m.consumed_train = s->as_int();
-  if (m.pp > 1)
-    throw Error(ErrorKind::Usage, "%s: saved with pipeline parallelism (%ld stages), whose layer files zerolm does not read yet", first.c_str(),
-                (long)m.pp);
   MegatronJoin join(m);
   bool moments = true;
   for (int64_t tp = 0; tp < m.tp; ++tp) {
@@ -218,6 +279,18 @@ ImportedModel read_deepspeed_model(const std::string& dir) {
     if (!fs::exists(mfile)) throw Error(ErrorKind::Format, "%s: missing (the checkpoint was saved with TP %ld)", mfile.c_str(), (long)m.tp);
     const PyValue states = tp == 0 ? std::move(head) : load_torch_file(mfile.string());
     const std::vector<fs::path> files = optim_files(*tag, tp);
+    const PipeLayers pipe(*tag, tp);
+    if (pipe.empty() && m.pp > 1)
+      throw Error(ErrorKind::Format, "%s: args say %ld pipeline stages, but there are no layer files for tensor-parallel rank %ld", tag->c_str(),
+                  (long)m.pp, (long)tp);
+    // The pipeline engine's ZeRO partitions are read with one stage (one model-states file names every
+    // parameter); with more, the weights are the layer files' and Adam starts afresh.
+    if (!pipe.empty() && (files.empty() || m.pp > 1 || !states.find("param_shapes"))) {
+      moments = false;
+      for (const auto& [name, w] : pipe.weights()) join.add(tp, 0, name, w, pipe.file());
+      continue;
+    }
+    auto rename = [&](const std::string& name) { return pipe.empty() ? name : pipe.megatron_name(name, mfile.string()); };
     if (files.empty()) {  // no ZeRO partitions: the weights are the module's
       if (stage3) throw Error(ErrorKind::Format, "%s: a ZeRO-3 checkpoint without its optim_states files (they hold the weights)", tag->c_str());
       moments = false;
@@ -262,7 +335,7 @@ ImportedModel read_deepspeed_model(const std::string& dir) {
         merge_stage3(groups, ranks, kind, tag->string(), out);
     }
     for (auto& [name, w] : found[0])
-      join.add(tp, 0, name, w, mfile.string(), moments ? found[1].at(name) : torch::Tensor(), moments ? found[2].at(name) : torch::Tensor());
+      join.add(tp, 0, rename(name), w, mfile.string(), moments ? found[1].at(name) : torch::Tensor(), moments ? found[2].at(name) : torch::Tensor());
   }
   join.finish(tag->string());
   if (!moments) m.exp_avg.clear(), m.exp_avg_sq.clear();

@@ -14,12 +14,18 @@
 // to a multiple of 2 x ranks) into one piece per rank; ZeRO 3 cuts every
 // parameter into ceil(numel / ranks) pieces, rank D holding piece D of each.
 //
+// The pipeline engine (PipelineModule, Megatron-DeepSpeed's GPTModelPipe)
+// saves each layer's weights in layer_XX[-model_TT]-model_states.pt instead
+// of `module`, and names parameters by layer index ("3.mlp...") in
+// `param_shapes`; each layer is recognised by what it holds (embedding,
+// transformer layer, final LayerNorm).
+//
 // Read: the fp32 weights (from the partitions where there are any, else from
-// `module`), Adam's moments and step from the partitions, the iteration and
-// the samples consumed; the model's shape from Megatron's `args`, which a
-// checkpoint without them lacks (its attention heads are in no tensor's
-// shape): it is refused saying so. Names are Megatron's (megatron_format.h).
-// Not read yet: the pipeline engine's layer_XX-model_TT-model_states.pt files.
+// `module` or the layer files), Adam's moments and step from the partitions
+// (for a pipeline, with one stage), the iteration and the samples consumed;
+// the model's shape from Megatron's `args`, which a checkpoint without them
+// lacks (its attention heads are in no tensor's shape): it is refused saying
+// so. Names are Megatron's (megatron_format.h).
 #pragma once
 
 #include <string>

@@ -72,7 +72,8 @@ refused() {  # refused MESSAGE EDIT [FLAGS...]: bad.json = the config with the p
   [[ $rc == 2 ]] || { cat refused.log; fail "exit $rc, expected 2 (a usage error) for: $edit $*"; }
   grep -qF -- "$msg" refused.log || { cat refused.log; fail "expected '$msg' for: $edit $*"; }
 }
-refused "bad.json: activation_function: 'gelu': zerolm trains the tanh-approximated GELU" "c['activation_function'] = 'gelu'"
+refused "bad.json: activation_function: 'relu': zerolm trains GELU" "c['activation_function'] = 'relu'"
+refused "the GELU flags disagree with bad.json's activation_function (gelu: exact)" "c['activation_function'] = 'gelu'" --openai-gelu
 refused "bad.json: layer_norm_epsilon: 1e-06" "c['layer_norm_epsilon'] = 1e-6"
 refused "bad.json: tie_word_embeddings: false" "c['tie_word_embeddings'] = False"
 refused "bad.json: rotary: not a setting zerolm knows" "c['rotary'] = True"
