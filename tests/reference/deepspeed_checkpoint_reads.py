@@ -18,10 +18,10 @@ iteration), then trains K more. Checked, for every stage and rank count:
   - convert_gpt --load DIR --export-deepspeed OUT (the same stage, 2 ranks):
     DeepSpeed's get_fp32_state_dict_from_zero_checkpoint(OUT) equals its
     reading of DIR exactly.
-The pipeline engine too (one stage, ZeRO 1, one rank): a PipelineModule laid
-out as Megatron-DeepSpeed's GPTModelPipe, saving layer_XX-model_states.pt
-files, checked for the logits and the resumed losses, and for the logits read
-from the layer files alone.
+The pipeline engine too (ZeRO 1; one stage on one rank, two stages on two): a
+PipelineModule laid out as Megatron-DeepSpeed's GPTModelPipe, saving
+layer_XX-model_states.pt files, checked for the logits and the resumed losses,
+and for the logits read from the layer files alone.
 Also refused: a DeepSpeed checkpoint without Megatron's args, naming why.
 
   deepspeed_checkpoint_reads.py BIN_DIR DATA_DIR WORK_DIR    (exit 77: a package is missing)
@@ -54,7 +54,8 @@ VOCAB_FILE = os.path.join(DATA_DIR, "megatron", "gpt2-tiny-vocab.json")
 L, H, HEADS, SEQ, MICRO, GLOBAL, N, K, LR, SEED = 2, 64, 4, 32, 2, 4, 2, 3, 3e-3, 1234
 VOCAB = 5120  # the tiny vocabulary (5000 tokens) padded as pretrain_gpt pads it
 TOKENS = torch.tensor([[5, 17, 3, 99, 42, 0, 4999, 8, 640, 31]])
-CASES = [(world, stage) for world in (1, 2) for stage in (1, 2, 3)] + [("pipe", 1)]  # the pipeline engine: 1 stage, 1 rank
+# and the pipeline engine at ZeRO 1, one stage on one rank, and two stages on two ranks
+CASES = [(world, stage) for world in (1, 2) for stage in (1, 2, 3)] + [("pipe1", 1), ("pipe2", 1)]
 INDEX = os.path.join(WORK, "cache", os.path.basename(DATA) + "_train_indexmap_%dns_%dsl_%ds" % ((N + K) * GLOBAL, SEQ, SEED))
 
 
@@ -71,10 +72,10 @@ def pretrain(save, *extra):
     return r.stderr
 
 
-def megatron_args():
+def megatron_args(pp=1):
     """What Megatron-DeepSpeed keeps in the engine's client state."""
     return argparse.Namespace(num_layers=L, hidden_size=H, num_attention_heads=HEADS, max_position_embeddings=SEQ, seq_length=SEQ,
-                              padded_vocab_size=VOCAB, tensor_model_parallel_size=1, pipeline_model_parallel_size=1,
+                              padded_vocab_size=VOCAB, tensor_model_parallel_size=1, pipeline_model_parallel_size=pp,
                               bias_gelu_fusion=True, openai_gelu=False, position_embedding_type="learned_absolute",
                               normalization="LayerNorm", add_bias_linear=True, swiglu=False, untie_embeddings_and_output_weights=False,
                               global_batch_size=GLOBAL, consumed_train_samples=N * GLOBAL, consumed_valid_samples=0, iteration=N,
@@ -125,16 +126,16 @@ def worker(rank, world, stages, out):
     os._exit(0)  # past DeepSpeed's and Gloo's teardown: everything is on disk
 
 
-def pipe_worker(rank, out):
+def pipe_worker(rank, stages, out):
     """DeepSpeed's pipeline engine (one stage, ZeRO 1) over a PipelineModule laid out as Megatron-DeepSpeed's
     GPTModelPipe: a tied embedding, transformer layers with its legacy names, the final LayerNorm, the tied
     head. Its weights are megatron-core's GPTModel's (seed 5), so it computes the same function."""
-    os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1")
+    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(stages))
     torch.set_num_threads(1)
     import deepspeed
     import torch.nn as nn
     from deepspeed.pipe import LayerSpec, PipelineModule, TiedLayerSpec
-    megatron_cpu.init(out)
+    megatron_cpu.init(out, rank, stages)
     deepspeed.init_distributed(dist_backend="gloo")
 
     class EmbeddingPipe(nn.Module):
@@ -171,7 +172,7 @@ def pipe_worker(rank, out):
     specs += [LayerSpec(Layer) for _ in range(L)] + [LayerSpec(nn.LayerNorm, H)]
     specs += [TiedLayerSpec("embed", EmbeddingPipe, forward_fn=lambda e, x: x @ e.word_embeddings.weight.t(),
                             tied_weight_attr="word_embeddings_weight")]
-    pipe = PipelineModule(layers=specs, num_stages=1, partition_method="uniform",
+    pipe = PipelineModule(layers=specs, num_stages=stages, partition_method="uniform",
                           loss_fn=lambda logits, labels: F.cross_entropy(logits.reshape(-1, VOCAB), labels.reshape(-1)))
     core = megatron_cpu.gpt(L, H, HEADS, SEQ, VOCAB, seed=5).state_dict()
     theirs = {"input_layernorm": "input_layernorm", "self_attention.query_key_value": "self_attention.linear_qkv",
@@ -205,12 +206,20 @@ def pipe_worker(rank, out):
     for it in range(1, N + K + 1):
         losses[it] = engine.train_batch(batches(it)).item()
         if it == N:
-            ckpt = os.path.join(out, "pipe_z1")
-            engine.save_checkpoint(ckpt, client_state={"args": megatron_args(), "iteration": N, "checkpoint_version": 3.0})
-            with torch.no_grad():
-                torch.save(pipe(TOKENS)[0].float(), ckpt + ".logits.pt")
-    with open(os.path.join(out, "pipe_z1.losses.json"), "w") as f:
-        json.dump(losses, f)
+            ckpt = os.path.join(out, f"pipe{stages}_z1")
+            engine.save_checkpoint(ckpt, client_state={"args": megatron_args(pp=stages), "iteration": N, "checkpoint_version": 3.0})
+            with torch.no_grad():  # each stage runs its layers; the activation goes on to the next
+                h = TOKENS if rank == 0 else torch.empty(1, TOKENS.shape[1], H)
+                if rank > 0:
+                    torch.distributed.recv(h, rank - 1)
+                h = pipe(h)
+                if rank < stages - 1:
+                    torch.distributed.send(h.contiguous(), rank + 1)
+                else:
+                    torch.save(h[0].float(), ckpt + ".logits.pt")
+    if rank == stages - 1:
+        with open(os.path.join(out, f"pipe{stages}_z1.losses.json"), "w") as f:
+            json.dump(losses, f)
     torch.distributed.destroy_process_group()
     sys.stdout.flush()
     os._exit(0)
@@ -230,10 +239,11 @@ def main():
     for world in (1, 2):
         out = fresh_dir(os.path.join(WORK, f"ds{world}"))
         mp.spawn(worker, args=(world, [s for w, s in CASES if w == world], out), nprocs=world, join=True)
-    mp.spawn(pipe_worker, args=(fresh_dir(os.path.join(WORK, "dspipe")),), nprocs=1, join=True)
+    for stages in (1, 2):
+        mp.spawn(pipe_worker, args=(stages, fresh_dir(os.path.join(WORK, f"dspipe{stages}"))), nprocs=stages, join=True)
     ok = True
     for world, stage in CASES:
-        name = f"w{world}_z{stage}" if world != "pipe" else "pipe_z1"
+        name = f"w{world}_z{stage}" if not str(world).startswith("pipe") else f"{world}_z1"
         ckpt = os.path.join(WORK, f"ds{world}", name)
         want = torch.load(ckpt + ".logits.pt")
         diff = (logits_of(ckpt) - want).abs().max().item()
@@ -259,7 +269,7 @@ def main():
         print(f"{'ok  ' if good else 'FAIL'} {name}: pretrain_gpt --load resumes iteration {N}: losses of iterations {N + 1}-{N + K} "
               f"within {worst:.1e} (relative) of DeepSpeed's continuing run")
 
-        if world == "pipe":  # zero_to_fp32 names its parameters by layer index ("2.input_layernorm.weight"): no export check
+        if str(world).startswith("pipe"):  # zero_to_fp32 names its parameters by layer index ("2.input_layernorm.weight"): no export check
             continue
         exported = os.path.join(WORK, "exported_" + name)
         subprocess.run([os.path.join(BIN, "convert_gpt"), "--load", ckpt, "--export-deepspeed", exported, "--zero-stage", str(stage),
@@ -275,15 +285,15 @@ def main():
     # The pipeline engine's layer files alone (as with several stages, whose partitions are not read):
     # the weights are theirs.
     layers_only = os.path.join(WORK, "pipe_layers")
-    subprocess.run(["cp", "-r", os.path.join(WORK, "dspipe", "pipe_z1"), layers_only], check=True)
+    subprocess.run(["cp", "-r", os.path.join(WORK, "dspipe1", "pipe1_z1"), layers_only], check=True)
     tag = open(os.path.join(layers_only, "latest")).read().strip()
     for f in os.listdir(os.path.join(layers_only, tag)):
         if f.endswith("optim_states.pt"):
             os.remove(os.path.join(layers_only, tag, f))
-    diff = (logits_of(layers_only) - torch.load(os.path.join(WORK, "dspipe", "pipe_z1.logits.pt"))).abs().max().item()
+    diff = (logits_of(layers_only) - torch.load(os.path.join(WORK, "dspipe1", "pipe1_z1.logits.pt"))).abs().max().item()
     good = diff <= 1e-5
     ok &= good
-    print(f"{'ok  ' if good else 'FAIL'} pipe_z1 without its optim_states files: the layer files' weights, logits within {diff:.1e}")
+    print(f"{'ok  ' if good else 'FAIL'} pipe1_z1 without its optim_states files: the layer files' weights, logits within {diff:.1e}")
 
     # Without Megatron's args the shape (the attention heads) is unknown: refused, saying so.
     bare = os.path.join(WORK, "bare")

@@ -18,7 +18,8 @@ names (language_model.encoder..., nested as Megatron's legacy model saves
 them, with Megatron-DeepSpeed's attention.query_key_value). And the other
 way: convert_gpt --export-megatron writes a checkpoint that torch.load reads
 and a fresh megatron-core GPTModel loads with strict=True, with the same
-logits. Also checked: a
+logits; so does each part of pretrain_gpt --ckpt-format torch at TP 2 x PP
+2, joined by Megatron's rules. Also checked: a
 checkpoint of erf GELU (--no-bias-gelu-fusion) gives the logits of
 megatron-core's model with plain F.gelu, and exports with the flag kept.
 Exits 77 (skipped) when megatron-core is not installed.
@@ -207,6 +208,49 @@ save(d, {(0, 0): legacy(state)}, 1, 1)
 diff = (logits_of(d) - want).abs().max().item()
 assert diff <= 1e-5, f"legacy names: logits differ by {diff}"
 print(f"ok   legacy (nested, Megatron-DeepSpeed) names: within {diff:.1e}")
+
+# pretrain_gpt --ckpt-format torch, TP 2 x PP 2 on four processes: Megatron's files, per part. Joined by
+# Megatron's rules (the inverse of cut() above), megatron-core's GPTModel loads them strictly and computes
+# the logits convert_gpt computes from the same directory.
+saved = os.path.join(work, "ckpt_format_torch")
+r = subprocess.run([os.path.join(bin_dir, "pretrain_gpt"), "--nproc-per-node", "4", "--tensor-model-parallel-size", "2",
+                    "--pipeline-model-parallel-size", "2", "--num-layers", str(LAYERS), "--hidden-size", str(HIDDEN),
+                    "--num-attention-heads", str(HEADS), "--seq-length", str(SEQ), "--max-position-embeddings", str(SEQ),
+                    "--micro-batch-size", "2", "--global-batch-size", "4", "--train-iters", "2", "--lr", "3e-3",
+                    "--data-path", os.path.join(data_dir, "megatron", "meg-gpt2-openwebtext_text_document"),
+                    "--vocab-file", os.path.join(data_dir, "gpt2", "gpt2-vocab.json"),
+                    "--merge-file", os.path.join(data_dir, "gpt2", "gpt2-merges.txt"), "--split", "949,50,1", "--eval-iters", "0",
+                    "--hidden-dropout", "0", "--attention-dropout", "0", "--save", saved, "--ckpt-format", "torch",
+                    "--data-cache-path", os.path.join(work, "cache")], capture_output=True, text=True, env=child_env)
+assert r.returncode == 0, r.stderr[-3000:]
+parts = {(t, p): torch.load(os.path.join(saved, "iter_0000002", f"mp_rank_{t:02d}_{p:03d}", "model_optim_rng.pt"), weights_only=False)
+         for t in range(2) for p in range(2)}
+a = parts[(0, 0)]["args"]
+assert (a.tensor_model_parallel_size, a.pipeline_model_parallel_size, a.num_layers, a.iteration) == (2, 2, LAYERS, 2), a
+joined = {}
+for (t, p), part in sorted(parts.items(), key=lambda kv: (kv[0][1], kv[0][0])):  # each stage's TP ranks in order
+    for k, v in part["model"].items():
+        if k.startswith("decoder.layers."):
+            k = "decoder.layers." + str(int(k.split(".")[2]) + p * (LAYERS // 2)) + "." + k.split(".", 3)[3]
+        elif k == "output_layer.weight":
+            continue  # the last stage's copy of the tied embedding
+        if not torch.is_tensor(v):
+            joined[k] = v
+            continue
+        dim = 0 if ("linear_qkv" in k or "linear_fc1" in k or "word_embeddings" in k) else \
+            1 if (("linear_proj" in k or "linear_fc2" in k) and k.endswith("weight")) else None
+        joined.setdefault(k, []).append(v) if dim is not None else joined.setdefault(k, v)
+        if dim is not None and len(joined[k]) == 2:
+            joined[k] = torch.cat(joined[k], dim)
+padded = joined["embedding.word_embeddings.weight"].shape[0]
+core = megatron_cpu.gpt(LAYERS, HIDDEN, HEADS, SEQ, padded, seed=99)
+core.load_state_dict(joined, strict=True)
+core.eval()
+with torch.no_grad():
+    theirs = core(tokens, positions(T), causal_mask(T))[0].float()
+diff = (logits_of(saved)[:, :padded] - theirs).abs().max().item()
+assert diff <= 1e-5, f"--ckpt-format torch: megatron-core's logits differ from ours by {diff}"
+print(f"ok   pretrain_gpt --ckpt-format torch (TP 2 x PP 2): megatron-core loads the joined parts strictly, logits within {diff:.1e}")
 
 # erf GELU (--no-bias-gelu-fusion): megatron-core's model with plain F.gelu. With GPT-2's small
 # initial weights the two GELUs' logits would differ by less than the tolerance: the MLP's input

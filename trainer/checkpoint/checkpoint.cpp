@@ -390,6 +390,36 @@ torch::serialize::OutputArchive part_archive(Gpt2& model, const ZeroEngine::Full
   return archive;
 }
 
+// This rank's part as Megatron-LM's model_optim_rng.pt (--ckpt-format torch): `model`
+// under megatron-core's names, `args`, `iteration`, `checkpoint_version`; Megatron's own
+// loader takes it with --no-load-optim --no-load-rng. Adam's moments and step go under a
+// key of ours, "zerolm_optimizer", with the same names (Megatron ignores it): a zerolm
+// run resumes with them.
+void write_megatron_part(Gpt2& model, const ZeroEngine::FullState& full, const ProcessGrid& grid, const RunState& st, const fs::path& file) {
+  std::map<std::string, torch::Tensor> w, m, v;
+  for (const auto& [local, t] : full.params) {
+    const std::string g = model->global_name(local);
+    w[g] = t;
+    m[g] = full.exp_avg.at(local);
+    v[g] = full.exp_avg_sq.at(local);
+  }
+  const MegatronPart part{.config = model->config(), .tp = grid.tp_size(), .pp = grid.pp_size(), .tp_rank = grid.tp_rank(),
+                          .pp_rank = grid.pp_rank(), .iteration = st.iteration, .consumed_train = st.consumed_train,
+                          .consumed_valid = st.consumed_valid};
+  auto opt = py_dict();
+  opt->entries.emplace_back(py_str("exp_avg"), megatron_part_state(m, part));
+  opt->entries.emplace_back(py_str("exp_avg_sq"), megatron_part_state(v, part));
+  opt->entries.emplace_back(py_str("step"), py_int(full.step));
+  PyValue top;
+  top.kind = PyValue::Kind::Dict;
+  top.entries.emplace_back(py_str("args"), megatron_args(part));
+  top.entries.emplace_back(py_str("checkpoint_version"), py_float(3.0));
+  top.entries.emplace_back(py_str("iteration"), py_int(st.iteration));
+  top.entries.emplace_back(py_str("model"), megatron_part_state(w, part));
+  top.entries.emplace_back(py_str("zerolm_optimizer"), opt);
+  save_torch_file(file.string(), top);
+}
+
 // Through our own writer: LibTorch's file writer, on a failed write (disk
 // full), throws from its destructor while the first error unwinds, which
 // aborts the process. Here a failed write is remembered, the archive's
@@ -452,7 +482,7 @@ void publish_checkpoint(const std::string& dir, const fs::path& tmp_dir, int64_t
 }  // namespace
 
 void save_checkpoint(const std::string& dir, Gpt2& model, ZeroEngine& engine, ProcessGrid& grid, const RngTracker& rng,
-                     const RunState& st, int save_number) {
+                     const RunState& st, int save_number, bool megatron_format) {
   ZeroEngine::FullState full = engine.gather_state();  // on data-parallel rank 0
   Comm& world = grid.world();
   // The temporary directory's name comes from rank 0 (a key of its own for every save of the run).
@@ -471,8 +501,12 @@ void save_checkpoint(const std::string& dir, Gpt2& model, ZeroEngine& engine, Pr
     const Layout lay{grid.tp_size(), grid.pp_size(), static_cast<int64_t>(model->num_chunks())};
     const fs::path file = tmp_dir / shard_name(lay, grid.tp_rank(), grid.pp_rank()) / "model_optim_rng.pt";
     fs::create_directories(file.parent_path());
-    torch::serialize::OutputArchive archive = part_archive(model, full, grid.tp_rank(), grid.pp_rank(), lay, rng, st, world.world());
-    write_archive(archive, file);
+    if (megatron_format) {
+      write_megatron_part(model, full, grid, st, file);
+    } else {
+      torch::serialize::OutputArchive archive = part_archive(model, full, grid.tp_rank(), grid.pp_rank(), lay, rng, st, world.world());
+      write_archive(archive, file);
+    }
   }
   world.barrier();
   if (world.rank() != 0) cleanup.armed = false;  // every part is written: rank 0 finishes

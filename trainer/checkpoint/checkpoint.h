@@ -39,8 +39,10 @@ struct RunState {
 
 // Collective: every rank calls it, with the same save_number (0, 1, 2, ...: the
 // run's count of saves, which keys the ranks' agreement on the temporary directory).
+// megatron_format: each part as Megatron-LM's file instead (--ckpt-format torch;
+// megatron_format.h), in the same directory layout.
 void save_checkpoint(const std::string& dir, Gpt2& model, ZeroEngine& engine, ProcessGrid& grid, const RngTracker& rng,
-                     const RunState& st, int save_number);
+                     const RunState& st, int save_number, bool megatron_format = false);
 
 // A whole model (on the CPU, in one part) as iteration 0 of a new checkpoint
 // directory, Adam's moments zero: what `pretrain_gpt --load DIR` continues

@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <optional>
 #include <regex>
+#include <set>
 
 #include "common/core/error.h"
 #include "common/core/files.h"
@@ -274,34 +275,15 @@ ImportedModel read_deepspeed_model(const std::string& dir) {
     if (const PyValue* s = head.find("global_samples")) m.consumed_train = s->as_int();
   MegatronJoin join(m);
   bool moments = true;
-  for (int64_t tp = 0; tp < m.tp; ++tp) {
-    const fs::path mfile = *tag / model_file(tp, stage3);
-    if (!fs::exists(mfile)) throw Error(ErrorKind::Format, "%s: missing (the checkpoint was saved with TP %ld)", mfile.c_str(), (long)m.tp);
-    const PyValue states = tp == 0 ? std::move(head) : load_torch_file(mfile.string());
-    const std::vector<fs::path> files = optim_files(*tag, tp);
-    const PipeLayers pipe(*tag, tp);
-    if (pipe.empty() && m.pp > 1)
-      throw Error(ErrorKind::Format, "%s: args say %ld pipeline stages, but there are no layer files for tensor-parallel rank %ld", tag->c_str(),
-                  (long)m.pp, (long)tp);
-    // The pipeline engine's ZeRO partitions are read with one stage (one model-states file names every
-    // parameter); with more, the weights are the layer files' and Adam starts afresh.
-    if (!pipe.empty() && (files.empty() || m.pp > 1 || !states.find("param_shapes"))) {
-      moments = false;
-      for (const auto& [name, w] : pipe.weights()) join.add(tp, 0, name, w, pipe.file());
-      continue;
-    }
-    auto rename = [&](const std::string& name) { return pipe.empty() ? name : pipe.megatron_name(name, mfile.string()); };
-    if (files.empty()) {  // no ZeRO partitions: the weights are the module's
-      if (stage3) throw Error(ErrorKind::Format, "%s: a ZeRO-3 checkpoint without its optim_states files (they hold the weights)", tag->c_str());
-      moments = false;
-      const PyValue& module = states.at("module");
-      for (const auto& [k, v] : module.entries) join.add(tp, 0, k->as_str(), v->is(PyValue::Kind::Tensor) ? v->as_tensor() : torch::Tensor(), mfile.string());
-      continue;
-    }
+  // One model-states file's parameters rebuilt from its ZeRO partitions (zero_to_fp32's
+  // rules), added under Megatron's names; a name seen before (the tied embedding's copy on
+  // another pipeline stage) is skipped. False when there are no partitions.
+  std::set<std::string> added;
+  auto from_partitions = [&](int64_t tp, const PyValue& states, const fs::path& mfile, const std::vector<fs::path>& files,
+                             const std::function<std::string(const std::string&)>& rename) {
     const auto groups = param_groups(states, mfile.string());
     std::vector<Partition> ranks;
     int64_t stage = 0;
-    const PyValue* paddings = nullptr;
     PyValue rank0;
     for (size_t d = 0; d < files.size(); ++d) {
       PyValue f = load_torch_file(files[d].string());
@@ -323,7 +305,7 @@ ImportedModel read_deepspeed_model(const std::string& dir) {
       moments = moments && ranks.back().moments;
       if (d == 0) rank0 = std::move(f);
     }
-    if (stage <= 2) paddings = rank0.at("optimizer_state_dict").find("param_alignment_paddings");
+    const PyValue* paddings = stage <= 2 ? rank0.at("optimizer_state_dict").find("param_alignment_paddings") : nullptr;
     if (paddings && !paddings->is(PyValue::Kind::List)) paddings = nullptr;
     m.adam_step = ranks[0].step;
     std::map<std::string, torch::Tensor> found[3];
@@ -334,8 +316,48 @@ ImportedModel read_deepspeed_model(const std::string& dir) {
       else
         merge_stage3(groups, ranks, kind, tag->string(), out);
     }
-    for (auto& [name, w] : found[0])
-      join.add(tp, 0, rename(name), w, mfile.string(), moments ? found[1].at(name) : torch::Tensor(), moments ? found[2].at(name) : torch::Tensor());
+    for (auto& [name, w] : found[0]) {
+      const std::string theirs = rename(name);
+      if (!added.insert(std::to_string(tp) + " " + theirs).second) continue;
+      join.add(tp, 0, theirs, w, mfile.string(), moments ? found[1].at(name) : torch::Tensor(), moments ? found[2].at(name) : torch::Tensor());
+    }
+  };
+  for (int64_t tp = 0; tp < m.tp; ++tp) {
+    const fs::path mfile = *tag / model_file(tp, stage3);
+    if (!fs::exists(mfile)) throw Error(ErrorKind::Format, "%s: missing (the checkpoint was saved with TP %ld)", mfile.c_str(), (long)m.tp);
+    const PyValue states = tp == 0 ? std::move(head) : load_torch_file(mfile.string());
+    const std::vector<fs::path> files = optim_files(*tag, tp);
+    const PipeLayers pipe(*tag, tp);
+    if (pipe.empty() && m.pp > 1)
+      throw Error(ErrorKind::Format, "%s: args say %ld pipeline stages, but there are no layer files for tensor-parallel rank %ld", tag->c_str(),
+                  (long)m.pp, (long)tp);
+    if (!pipe.empty()) {
+      auto rename = [&](const std::string& name) { return pipe.megatron_name(name, mfile.string()); };
+      // The pipeline engine's model-states and optim files are per model-parallel rank, which
+      // is the stage when there is no tensor parallelism: mp_rank_SS, zero_pp_rank_D_mp_rank_SS.
+      // Else (or without them) the weights are the layer files' and Adam starts afresh.
+      bool partitions = m.tp == 1 && states.find("param_shapes");
+      for (int64_t s = 0; s < m.pp && partitions; ++s)
+        partitions = fs::exists(*tag / model_file(s, false)) && !optim_files(*tag, s).empty();
+      if (!partitions) {
+        moments = false;
+        for (const auto& [name, w] : pipe.weights()) join.add(tp, 0, name, w, pipe.file());
+        continue;
+      }
+      for (int64_t s = 0; s < m.pp; ++s) {
+        const fs::path sfile = *tag / model_file(s, false);
+        from_partitions(tp, s == 0 ? states : load_torch_file(sfile.string()), sfile, optim_files(*tag, s), rename);
+      }
+      continue;
+    }
+    if (files.empty()) {  // no ZeRO partitions: the weights are the module's
+      if (stage3) throw Error(ErrorKind::Format, "%s: a ZeRO-3 checkpoint without its optim_states files (they hold the weights)", tag->c_str());
+      moments = false;
+      const PyValue& module = states.at("module");
+      for (const auto& [k, v] : module.entries) join.add(tp, 0, k->as_str(), v->is(PyValue::Kind::Tensor) ? v->as_tensor() : torch::Tensor(), mfile.string());
+      continue;
+    }
+    from_partitions(tp, states, mfile, files, [](const std::string& name) { return name; });
   }
   join.finish(tag->string());
   if (!moments) m.exp_avg.clear(), m.exp_avg_sq.clear();
@@ -416,7 +438,7 @@ void save_deepspeed_checkpoint(const std::string& dir, Gpt2& model, int64_t iter
     put("ds_config", ds_config);
     put("ds_version", py_str(version));
     // What Megatron-DeepSpeed adds as the engine's client state.
-    put("args", megatron_args(model->config(), iteration));
+    put("args", megatron_args(MegatronPart{.config = model->config(), .iteration = iteration}));
     put("checkpoint_version", py_float(3.0));
     put("iteration", py_int(iteration));
     return top;

@@ -22,7 +22,8 @@
 //
 // Read: the fp32 weights (from the partitions where there are any, else from
 // `module` or the layer files), Adam's moments and step from the partitions
-// (for a pipeline, with one stage), the iteration and the samples consumed;
+// (a pipeline's: per stage, mp_rank_SS, without tensor parallelism), the
+// iteration and the samples consumed;
 // the model's shape from Megatron's `args`, which a checkpoint without them
 // lacks (its attention heads are in no tensor's shape): it is refused saying
 // so. Names are Megatron's (megatron_format.h).

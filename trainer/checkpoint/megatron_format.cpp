@@ -268,10 +268,20 @@ ImportedModel read_megatron_model(const std::string& dir) {
       if (part.find("model0")) throw Error(ErrorKind::Usage, "%s: an interleaved pipeline's checkpoint (model0, model1, ...) is not read yet", file.c_str());
       std::vector<std::pair<std::string, const PyValue*>> flat;
       flatten(part.at("model"), "", flat);
-      for (const auto& [name, value] : flat) join.add(tp, pp, name, value->is(PyValue::Kind::Tensor) ? value->as_tensor() : torch::Tensor(), file.string());
+      // Adam's state that zerolm's --ckpt-format torch keeps beside Megatron's keys (Megatron's own
+      // optimizer state is not read yet).
+      const PyValue* ours = part.find("zerolm_optimizer");
+      auto moment = [&](const char* kind, const std::string& name) {
+        const PyValue* d = ours ? ours->find(kind) : nullptr;
+        const PyValue* t = d ? d->find(name) : nullptr;
+        return t && t->is(PyValue::Kind::Tensor) ? t->as_tensor() : torch::Tensor();
+      };
+      if (ours) m.adam_step = ours->at("step").as_int();
+      for (const auto& [name, value] : flat)
+        join.add(tp, pp, name, value->is(PyValue::Kind::Tensor) ? value->as_tensor() : torch::Tensor(), file.string(), moment("exp_avg", name),
+                 moment("exp_avg_sq", name));
     }
   join.finish(dir);
-  m.exp_avg.clear(), m.exp_avg_sq.clear();  // (Megatron's optimizer state is not read yet)
   return m;
 }
 
@@ -294,24 +304,27 @@ Gpt2 imported_model(ImportedModel m, const std::string& dir) {
   return model;
 }
 
-std::shared_ptr<PyValue> megatron_state_dict(Gpt2& model) {
-  const Gpt2Config& c = model->config();
-  std::map<std::string, torch::Tensor> ours;
-  for (const auto& item : model->named_parameters()) ours[item.key()] = item.value().detach().to(torch::kFloat);
+std::shared_ptr<PyValue> megatron_part_state(const std::map<std::string, torch::Tensor>& ours, const MegatronPart& part) {
+  const Gpt2Config& c = part.config;
+  const int64_t per_stage = c.num_layers / part.pp, first_layer = part.pp_rank * per_stage;
+  const bool first_stage = part.pp_rank == 0, last_stage = part.pp_rank == part.pp - 1;
   auto state = py_dict();
   auto put = [&](const std::string& name, const std::shared_ptr<PyValue>& v) { state->entries.emplace_back(py_str(name), v); };
   auto weights = [&](const std::string& theirs, const std::string& mine, bool extra) {
-    for (const char* part : {"weight", "bias"}) {
-      auto it = ours.find(mine + "." + part);
+    for (const char* kind : {"weight", "bias"}) {
+      auto it = ours.find(mine + "." + kind);
       if (it == ours.end()) continue;
-      put(theirs + "." + part, py_tensor(mine.ends_with("attn_qkv") ? qkv_to_megatron(it->second, c.heads) : it->second));
+      const torch::Tensor t = it->second.detach().to(torch::kFloat);
+      put(theirs + "." + kind, py_tensor(mine.ends_with("attn_qkv") ? qkv_to_megatron(t, c.heads / part.tp) : t));
     }
     if (extra) put(theirs + "._extra_state", py_none());  // what megatron-core's linear layers save
   };
-  weights("embedding.word_embeddings", "wte", false);
-  weights("embedding.position_embeddings", "wpe", false);
-  for (int64_t l = 0; l < c.num_layers; ++l) {
-    const std::string t = "decoder.layers." + std::to_string(l) + ".", o = "blocks." + std::to_string(l) + ".";
+  if (first_stage) {
+    weights("embedding.word_embeddings", "wte", false);
+    weights("embedding.position_embeddings", "wpe", false);
+  }
+  for (int64_t l = first_layer; l < first_layer + per_stage; ++l) {
+    const std::string t = "decoder.layers." + std::to_string(l - first_layer) + ".", o = "blocks." + std::to_string(l) + ".";
     weights(t + "input_layernorm", o + "ln1", false);
     weights(t + "self_attention.linear_proj", o + "attn_proj", true);
     weights(t + "self_attention.linear_qkv", o + "attn_qkv", true);
@@ -319,12 +332,22 @@ std::shared_ptr<PyValue> megatron_state_dict(Gpt2& model) {
     weights(t + "mlp.linear_fc1", o + "mlp_fc", true);
     weights(t + "mlp.linear_fc2", o + "mlp_proj", true);
   }
-  weights("decoder.final_layernorm", "ln_f", false);
-  put("output_layer._extra_state", py_none());
+  if (last_stage) {
+    weights("decoder.final_layernorm", "ln_f", false);
+    if (!first_stage) weights("output_layer", "wte", false);  // the last stage's copy of the tied embedding
+    put("output_layer._extra_state", py_none());
+  }
   return state;
 }
 
-std::shared_ptr<PyValue> megatron_args(const Gpt2Config& c, int64_t iteration) {
+std::shared_ptr<PyValue> megatron_state_dict(Gpt2& model) {
+  std::map<std::string, torch::Tensor> ours;
+  for (const auto& item : model->named_parameters()) ours[item.key()] = item.value();
+  return megatron_part_state(ours, MegatronPart{.config = model->config()});
+}
+
+std::shared_ptr<PyValue> megatron_args(const MegatronPart& part) {
+  const Gpt2Config& c = part.config;
   auto args = py_dict();
   auto arg_of = [&](const char* name, const std::shared_ptr<PyValue>& v) { args->entries.emplace_back(py_str(name), v); };
   arg_of("num_layers", py_int(c.num_layers));
@@ -335,8 +358,8 @@ std::shared_ptr<PyValue> megatron_args(const Gpt2Config& c, int64_t iteration) {
   arg_of("max_position_embeddings", py_int(c.max_positions));
   arg_of("seq_length", py_int(c.max_positions));
   arg_of("padded_vocab_size", py_int(c.vocab_size));
-  arg_of("tensor_model_parallel_size", py_int(1));
-  arg_of("pipeline_model_parallel_size", py_int(1));
+  arg_of("tensor_model_parallel_size", py_int(part.tp));
+  arg_of("pipeline_model_parallel_size", py_int(part.pp));
   arg_of("position_embedding_type", py_str("learned_absolute"));
   arg_of("normalization", py_str("LayerNorm"));
   arg_of("layernorm_epsilon", py_float(1e-5));
@@ -348,9 +371,9 @@ std::shared_ptr<PyValue> megatron_args(const Gpt2Config& c, int64_t iteration) {
   arg_of("group_query_attention", py_bool(false));
   arg_of("apply_residual_connection_post_layernorm", py_bool(false));
   arg_of("params_dtype", py_global("torch.float32"));
-  arg_of("iteration", py_int(iteration));
-  arg_of("consumed_train_samples", py_int(0));
-  arg_of("consumed_valid_samples", py_int(0));
+  arg_of("iteration", py_int(part.iteration));
+  arg_of("consumed_train_samples", py_int(part.consumed_train));
+  arg_of("consumed_valid_samples", py_int(part.consumed_valid));
   return py_namespace(args);
 }
 
@@ -359,7 +382,7 @@ void save_megatron_checkpoint(const std::string& dir, Gpt2& model, int64_t itera
     throw Error(ErrorKind::Usage, "%s already holds a checkpoint: an exported model starts a new directory", dir.c_str());
   PyValue top;
   top.kind = PyValue::Kind::Dict;
-  top.entries.emplace_back(py_str("args"), megatron_args(model->config(), iteration));
+  top.entries.emplace_back(py_str("args"), megatron_args(MegatronPart{.config = model->config(), .iteration = iteration}));
   top.entries.emplace_back(py_str("checkpoint_version"), py_float(3.0));
   top.entries.emplace_back(py_str("iteration"), py_int(iteration));
   top.entries.emplace_back(py_str("model"), megatron_state_dict(model));

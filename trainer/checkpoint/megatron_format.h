@@ -18,8 +18,10 @@
 // attention, untied output weights, no linear biases) is refused naming the
 // argument.
 // What is read: the weights, the iteration and the samples consumed (Megatron
-// keeps them in args). The optimizer state and RNG streams are not (yet): a
-// run resumed from one starts Adam afresh.
+// keeps them in args), and Adam's moments and step where zerolm wrote them
+// (the key "zerolm_optimizer" of pretrain_gpt --ckpt-format torch). Megatron's
+// own optimizer state and RNG streams are not (yet): a run resumed from
+// Megatron-LM's checkpoint starts Adam afresh.
 #pragma once
 
 #include <map>
@@ -94,10 +96,23 @@ Gpt2 imported_model(ImportedModel m, const std::string& dir);
 // Megatron's loader needs to continue from it; it has no optimizer state.
 void save_megatron_checkpoint(const std::string& dir, Gpt2& model, int64_t iteration);
 
-// Our model's state dict under megatron-core's names, with the _extra_state
-// entries its linear layers save and Megatron's fused QKV order (fp32), and
-// Megatron's args describing it (TP 1, PP 1): what both writers put in.
+// One part of a model in Megatron's layout: its tensor-parallel rank's cut of
+// the layers of its pipeline stage, and the run's counters for `args`.
+struct MegatronPart {
+  Gpt2Config config;
+  int64_t tp = 1, pp = 1, tp_rank = 0, pp_rank = 0;
+  int64_t iteration = 0, consumed_train = 0, consumed_valid = 0;
+};
+
+// A part's state dict under megatron-core's names (layers numbered from 0 on
+// each stage, the last stage's copy of the tied embedding as
+// output_layer.weight), with the _extra_state entries its linear layers save
+// and Megatron's fused QKV order, fp32. `ours`: the part's tensors under our
+// whole-model names ("blocks.5.attn_qkv.weight"), cut for its TP rank.
+std::shared_ptr<PyValue> megatron_part_state(const std::map<std::string, torch::Tensor>& ours, const MegatronPart& part);
+// The whole model as one part (TP 1, PP 1).
 std::shared_ptr<PyValue> megatron_state_dict(Gpt2& model);
-std::shared_ptr<PyValue> megatron_args(const Gpt2Config& c, int64_t iteration);
+// Megatron's args describing the part's model, layout and counters.
+std::shared_ptr<PyValue> megatron_args(const MegatronPart& part);
 
 }  // namespace zlm::trainer

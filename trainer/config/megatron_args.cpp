@@ -94,6 +94,8 @@ std::map<std::string, Spec> specs() {
   str("--tokenizer-type", &TrainArgs::tokenizer_type, "GPT2BPETokenizer");
   str("--data-impl", &TrainArgs::data_impl, "mmap");
   str("--save", &TrainArgs::save, "checkpoint directory to write");
+  str("--ckpt-format", &TrainArgs::ckpt_format, "zerolm (ours: fp32 weights, Adam, RNG; the default) or torch (Megatron-LM's "
+      "model_optim_rng.pt, which Megatron loads with --no-load-optim --no-load-rng)");
   str("--load", &TrainArgs::load, "checkpoint directory to resume from");
   str("--distributed-backend", &TrainArgs::distributed_backend, "nccl or gloo");
   str("--data-cache-path", &TrainArgs::data_cache_path, "directory for the index caches (default: next to the data)");

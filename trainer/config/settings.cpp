@@ -170,6 +170,10 @@ void Rules::distribution() {
   require(a_.tensor_model_parallel_size >= 1, "--tensor-model-parallel-size", "must be at least 1");
   require(a_.pipeline_model_parallel_size >= 1, "--pipeline-model-parallel-size", "must be at least 1");
   // Megatron's default is None (no interleaving); a value given must be a layer count.
+  require(a_.ckpt_format == "zerolm" || a_.ckpt_format == "torch", "--ckpt-format",
+          "is zerolm (ours) or torch (Megatron-LM's); Megatron's torch_dist and zarr are not written");
+  require(a_.ckpt_format != "torch" || a_.num_layers_per_virtual_pipeline_stage == 0, "--ckpt-format torch",
+          "is not written for an interleaved pipeline (--num-layers-per-virtual-pipeline-stage) yet");
   require(a_.num_layers_per_virtual_pipeline_stage >= (o_.given("--num-layers-per-virtual-pipeline-stage") ? 1 : 0),
           "--num-layers-per-virtual-pipeline-stage", "must be at least 1 (leave it out for the non-interleaved schedule)");
   require(a_.distributed_backend == "nccl" || a_.distributed_backend == "gloo", "--distributed-backend", "must be nccl or gloo");

@@ -217,7 +217,7 @@ class Trainer {
   void train_step();
   void log_progress();
   void evaluate(const std::string& label, const SampleSource& src, int64_t* consumed);
-  void save() { save_checkpoint(a_.save, model_, *engine_, *grid_, rng_, st_, saves_++); }
+  void save() { save_checkpoint(a_.save, model_, *engine_, *grid_, rng_, st_, saves_++, a_.ckpt_format == "torch"); }
 
   const TrainConfig& cfg_;
   const TrainArgs& a_;  // cfg_.args

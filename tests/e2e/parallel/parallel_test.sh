@@ -19,6 +19,8 @@
 #  4. a checkpoint saved in one layout resumes in another (TP2xPP2 -> 1 rank,
 #     1 rank -> TP4, PP2xDP2 -> TP2xDP2 at another ZeRO stage, TP2xDP2 ->
 #     PP2xDP2 at ZeRO-3 with parameter offload) as the uninterrupted run continued;
+#     also through Megatron-LM's format (--ckpt-format torch: TP2xPP2 -> 1 rank,
+#     PP2xDP2 ZeRO-3 -> TP2xDP2 ZeRO-1);
 #  5. the Megatron-DeepSpeed tutorial's TP 4 command with its DeepSpeed JSON (its batch rule
 #     counts data-parallel ranks: 12 = 1 x 12 accumulation x DP 1)
 #     (ZeRO-3, cpu_offload, fp16: fp32 on CPU) under our launcher and torchrun;
@@ -137,7 +139,16 @@ reshard re_tp2pp2_1 4 "${TP2[*]} ${PP2[*]}" 1 ""
 reshard re_1_tp4 1 "" 4 "${TP4[*]}"
 reshard re_pp2dp2_tp2dp2 4 "${PP2[*]} --zero-stage 1" 4 "${TP2[*]} --zero-stage 2 --cpu-offload"
 reshard re_tp2dp2_pp2dp2z3 4 "${TP2[*]} --zero-stage 2" 4 "${PP2[*]} --zero-stage 3 --cpu-offload --offload-params"
-$CMP --rtol 1e-5 --atol 1e-5 ref re_tp2pp2_1 re_1_tp4 re_pp2dp2_tp2dp2 re_tp2dp2_pp2dp2z3
+# The same through Megatron-LM's format (--ckpt-format torch: weights, Adam's moments and step kept).
+reshard_megatron() {  # NAME W1 "ARGS1" W2 "ARGS2"
+  local name=$1 w1=$2 a1=$3 w2=$4 a2=$5
+  run $name $w1 $a1 --exit-interval 5 --ckpt-format torch
+  run $name $w2 $a2 --load $name
+  grep -q "is a Megatron-LM checkpoint .*Adam's moments and step, iteration 5" $name.log
+}
+reshard_megatron re_mf_tp2pp2_1 4 "${TP2[*]} ${PP2[*]}" 1 ""
+reshard_megatron re_mf_pp2dp2z3_tp2dp2 4 "${PP2[*]} --zero-stage 3" 4 "${TP2[*]} --zero-stage 1"
+$CMP --rtol 1e-5 --atol 1e-5 ref re_tp2pp2_1 re_1_tp4 re_pp2dp2_tp2dp2 re_tp2dp2_pp2dp2z3 re_mf_tp2pp2_1 re_mf_pp2dp2z3_tp2dp2
 $BIN/convert_gpt --load tp2_pp2 --export-hf hf_from_tp2pp2 --vocab-file $DATA/gpt2-tiny-vocab.json --merge-file $DATA/gpt2-tiny-merges.txt > convert.log 2>&1 ||
   { cat convert.log; exit 1; }
 [[ -f hf_from_tp2pp2/model.safetensors ]]
