@@ -247,6 +247,17 @@ class PipeLayers {
 bool is_deepspeed_checkpoint(const std::string& dir) {
   const auto tag = tag_dir(dir);
   if (!tag || !fs::is_directory(*tag)) return false;
+  // Megatron-DeepSpeed writes Megatron's tracker beside `latest`, naming the same step, but no
+  // iter_N directory. One that exists was saved later into the same directory (pretrain_gpt
+  // continuing with --load X --save X): the newer checkpoint is that one.
+  const fs::path tracker = fs::path(dir) / "latest_checkpointed_iteration.txt";
+  if (fs::exists(tracker)) {
+    std::string text = read_file(tracker.string());
+    while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back()))) text.pop_back();
+    char* end = nullptr;
+    const long it = std::strtol(text.c_str(), &end, 10);
+    if (!text.empty() && *end == '\0' && it >= 0 && fs::is_directory(fs::path(dir) / megatron_iter_name(it))) return false;
+  }
   if (fs::exists(*tag / model_file(0, false)) || fs::exists(*tag / model_file(0, true))) return true;
   for (const auto& e : fs::directory_iterator(*tag))
     if (e.path().filename().string().starts_with("layer_") && e.path().filename().string().ends_with("model_states.pt")) return true;
