@@ -342,18 +342,33 @@ bool load_imported_checkpoint(const TrainArgs& a, ImportedModel m, Gpt2& model, 
 
 namespace {
 
+// A part's weights and Adam moments under the whole model's names ("blocks.5...").
+struct GlobalNamed {
+  std::map<std::string, torch::Tensor> params, exp_avg, exp_avg_sq;
+};
+GlobalNamed by_global_name(Gpt2& model, const ZeroEngine::FullState& full) {
+  GlobalNamed out;
+  for (const auto& [local, t] : full.params) {
+    const std::string g = model->global_name(local);
+    out.params[g] = t;
+    out.exp_avg[g] = full.exp_avg.at(local);
+    out.exp_avg_sq[g] = full.exp_avg_sq.at(local);
+  }
+  return out;
+}
+
 // The archive of this rank's part: weights and Adam moments under the whole
 // model's names, how each is split over TP ranks, their checksums, the
 // counters, the model shape, the layout and the RNG states.
 torch::serialize::OutputArchive part_archive(Gpt2& model, const ZeroEngine::FullState& full, int64_t tp_rank, int64_t pp_rank,
                                              const Layout& lay, const RngTracker& rng, const RunState& st, int world) {
-  std::map<std::string, torch::Tensor> params, m, v, partition, sums;
-  for (const auto& [local, t] : full.params) {
-    const std::string g = model->global_name(local);
-    params[g] = t;
-    m[g] = full.exp_avg.at(local);
-    v[g] = full.exp_avg_sq.at(local);
-    const TpSplit s = Gpt2Impl::tp_split(local);
+  const GlobalNamed named = by_global_name(model, full);
+  const auto& params = named.params;
+  const auto& m = named.exp_avg;
+  const auto& v = named.exp_avg_sq;
+  std::map<std::string, torch::Tensor> partition, sums;
+  for (const auto& [g, t] : params) {
+    const TpSplit s = Gpt2Impl::tp_split(g);
     partition[g] = torch::tensor({static_cast<int64_t>(s.dim), static_cast<int64_t>(s.groups)});
     sums["model." + g] = checksum(t);
     sums["exp_avg." + g] = checksum(m.at(g));
@@ -396,26 +411,20 @@ torch::serialize::OutputArchive part_archive(Gpt2& model, const ZeroEngine::Full
 // key of ours, "zerolm_optimizer", with the same names (Megatron ignores it): a zerolm
 // run resumes with them.
 void write_megatron_part(Gpt2& model, const ZeroEngine::FullState& full, const ProcessGrid& grid, const RunState& st, const fs::path& file) {
-  std::map<std::string, torch::Tensor> w, m, v;
-  for (const auto& [local, t] : full.params) {
-    const std::string g = model->global_name(local);
-    w[g] = t;
-    m[g] = full.exp_avg.at(local);
-    v[g] = full.exp_avg_sq.at(local);
-  }
+  const GlobalNamed named = by_global_name(model, full);
   const MegatronPart part{.config = model->config(), .tp = grid.tp_size(), .pp = grid.pp_size(), .tp_rank = grid.tp_rank(),
                           .pp_rank = grid.pp_rank(), .iteration = st.iteration, .consumed_train = st.consumed_train,
                           .consumed_valid = st.consumed_valid};
   auto opt = py_dict();
-  opt->entries.emplace_back(py_str("exp_avg"), megatron_part_state(m, part));
-  opt->entries.emplace_back(py_str("exp_avg_sq"), megatron_part_state(v, part));
+  opt->entries.emplace_back(py_str("exp_avg"), megatron_part_state(named.exp_avg, part));
+  opt->entries.emplace_back(py_str("exp_avg_sq"), megatron_part_state(named.exp_avg_sq, part));
   opt->entries.emplace_back(py_str("step"), py_int(full.step));
   PyValue top;
   top.kind = PyValue::Kind::Dict;
   top.entries.emplace_back(py_str("args"), megatron_args(part));
   top.entries.emplace_back(py_str("checkpoint_version"), py_float(3.0));
   top.entries.emplace_back(py_str("iteration"), py_int(st.iteration));
-  top.entries.emplace_back(py_str("model"), megatron_part_state(w, part));
+  top.entries.emplace_back(py_str("model"), megatron_part_state(named.params, part));
   top.entries.emplace_back(py_str("zerolm_optimizer"), opt);
   save_torch_file(file.string(), top);
 }

@@ -250,14 +250,7 @@ bool is_deepspeed_checkpoint(const std::string& dir) {
   // Megatron-DeepSpeed writes Megatron's tracker beside `latest`, naming the same step, but no
   // iter_N directory. One that exists was saved later into the same directory (pretrain_gpt
   // continuing with --load X --save X): the newer checkpoint is that one.
-  const fs::path tracker = fs::path(dir) / "latest_checkpointed_iteration.txt";
-  if (fs::exists(tracker)) {
-    std::string text = read_file(tracker.string());
-    while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back()))) text.pop_back();
-    char* end = nullptr;
-    const long it = std::strtol(text.c_str(), &end, 10);
-    if (!text.empty() && *end == '\0' && it >= 0 && fs::is_directory(fs::path(dir) / megatron_iter_name(it))) return false;
-  }
+  if (const auto tracked = megatron_tracked_dir(dir); tracked && fs::is_directory(*tracked)) return false;
   if (fs::exists(*tag / model_file(0, false)) || fs::exists(*tag / model_file(0, true))) return true;
   for (const auto& e : fs::directory_iterator(*tag))
     if (e.path().filename().string().starts_with("layer_") && e.path().filename().string().ends_with("model_states.pt")) return true;
@@ -288,7 +281,7 @@ ImportedModel read_deepspeed_model(const std::string& dir) {
   bool moments = true;
   // One model-states file's parameters rebuilt from its ZeRO partitions (zero_to_fp32's
   // rules), added under Megatron's names; a name seen before (the tied embedding's copy on
-  // another pipeline stage) is skipped. False when there are no partitions.
+  // another pipeline stage) is skipped.
   std::set<std::string> added;
   auto from_partitions = [&](int64_t tp, const PyValue& states, const fs::path& mfile, const std::vector<fs::path>& files,
                              const std::function<std::string(const std::string&)>& rename) {
@@ -347,9 +340,12 @@ ImportedModel read_deepspeed_model(const std::string& dir) {
       // The pipeline engine's model-states and optim files are per model-parallel rank, which
       // is the stage when there is no tensor parallelism: mp_rank_SS, zero_pp_rank_D_mp_rank_SS.
       // Else (or without them) the weights are the layer files' and Adam starts afresh.
+      std::vector<std::vector<fs::path>> stage_files;  // per stage, its data-parallel ranks' optim files
       bool partitions = m.tp == 1 && states.find("param_shapes");
-      for (int64_t s = 0; s < m.pp && partitions; ++s)
-        partitions = fs::exists(*tag / model_file(s, false)) && !optim_files(*tag, s).empty();
+      for (int64_t s = 0; s < m.pp && partitions; ++s) {
+        stage_files.push_back(s == 0 ? files : optim_files(*tag, s));
+        partitions = fs::exists(*tag / model_file(s, false)) && !stage_files.back().empty();
+      }
       if (!partitions) {
         moments = false;
         for (const auto& [name, w] : pipe.weights()) join.add(tp, 0, name, w, pipe.file());
@@ -357,7 +353,7 @@ ImportedModel read_deepspeed_model(const std::string& dir) {
       }
       for (int64_t s = 0; s < m.pp; ++s) {
         const fs::path sfile = *tag / model_file(s, false);
-        from_partitions(tp, s == 0 ? states : load_torch_file(sfile.string()), sfile, optim_files(*tag, s), rename);
+        from_partitions(tp, s == 0 ? states : load_torch_file(sfile.string()), sfile, stage_files[static_cast<size_t>(s)], rename);
       }
       continue;
     }

@@ -177,6 +177,11 @@ std::string megatron_part_name(int64_t tp_rank, int64_t pp_rank, int64_t pp_size
                      : strprintf("mp_rank_%02ld", static_cast<long>(tp_rank));
 }
 
+std::optional<fs::path> megatron_tracked_dir(const std::string& dir) {
+  const auto t = tracked(dir);
+  return t ? std::optional<fs::path>(t->iter_dir) : std::nullopt;
+}
+
 bool is_megatron_checkpoint(const std::string& dir) {
   const auto t = tracked(dir);
   if (!t) return false;

@@ -24,7 +24,9 @@
 // Megatron-LM's checkpoint starts Adam afresh.
 #pragma once
 
+#include <filesystem>
 #include <map>
+#include <optional>
 #include <string>
 
 #include "trainer/checkpoint/torch_pickle.h"
@@ -41,6 +43,11 @@ std::string megatron_part_name(int64_t tp_rank, int64_t pp_rank, int64_t pp_size
 // is a torch.save file, not a LibTorch archive of ours). False when `dir` has
 // no tracker or the file is missing (our reader then says what is wrong).
 bool is_megatron_checkpoint(const std::string& dir);
+
+// The directory that `dir`'s latest_checkpointed_iteration.txt points at
+// (iter_N, or `release`), whether or not it exists; nullopt without a
+// readable tracker.
+std::optional<std::filesystem::path> megatron_tracked_dir(const std::string& dir);
 
 // A whole model read from another trainer's checkpoint (Megatron-LM's here,
 // DeepSpeed's in deepspeed_format.h), under our parameter names.
