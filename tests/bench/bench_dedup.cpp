@@ -8,7 +8,7 @@
 #include <cstdio>
 #include <sstream>
 
-#include "tools/find_duplicates/minhash.h"
+#include "common/dedup/minhash.h"
 #include "common/core/files.h"
 #include "common/core/output_file.h"
 #include "tests/bench/checked_main.h"

@@ -9,7 +9,7 @@
 
 #include "common/core/error.h"
 #include "common/core/json_writer.h"
-#include "tools/find_duplicates/minhash.h"
+#include "common/dedup/minhash.h"
 #include "test_util.h"
 
 namespace zlm::find_duplicates {

@@ -1,9 +1,9 @@
-#include "tools/find_duplicates/minhash.h"
+#include "common/dedup/minhash.h"
 
 #include <cmath>
 #include <random>
 
-#include "tools/group_dups/union_find.h"
+#include "common/dedup/union_find.h"
 #include "test_util.h"
 
 namespace zlm {

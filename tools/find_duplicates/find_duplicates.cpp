@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <memory>
+#include <optional>
 #include <unordered_map>
 
 #include "common/core/output_file.h"
@@ -18,7 +19,8 @@
 #include "common/io/jsonl.h"
 #include "common/core/jsonl_writer.h"
 #include "common/core/log.h"
-#include "tools/find_duplicates/minhash.h"
+#include "common/dedup/lsh.h"
+#include "common/dedup/minhash.h"
 #include "common/io/pipeline.h"
 #include "common/core/progress.h"
 #include "tools/find_duplicates/signature_file.h"
@@ -196,41 +198,30 @@ struct Verified {
 
 uint64_t pair_key(uint32_t a, uint32_t b) { return (static_cast<uint64_t>(std::min(a, b)) << 32) | std::max(a, b); }
 
-// Megatron's verification of one bucket: the first document is the "main" one
-// of a round, compared by exact Jaccard with the rest; the similar ones are
-// reported with it, the others form the next round (up to --heuristic-iter
-// rounds). Pairs verified in an earlier band (`known`) are not computed, nor
-// reported, again; the new ones go to `computed`.
-std::vector<Verified> verify_bucket(const Bucket& bucket, const std::unordered_map<uint32_t, std::string>& texts,
-                                    const std::unordered_map<uint64_t, double>& known, const FindDuplicatesOptions& opt, JaccardMode mode,
-                                    std::vector<std::pair<uint64_t, double>>& computed) {
+// One bucket verified by common/dedup/lsh.h's rule. Pairs verified in an
+// earlier band (`known`) are not computed, nor reported, again; the new ones
+// go to `computed`.
+std::vector<Verified> verify_one_bucket(const Bucket& bucket, const std::unordered_map<uint32_t, std::string>& texts,
+                                        const std::unordered_map<uint64_t, double>& known, const FindDuplicatesOptions& opt,
+                                        JaccardMode mode, std::vector<std::pair<uint64_t, double>>& computed) {
   std::vector<Verified> out;
-  std::vector<uint32_t> work = bucket.docs;
   std::unordered_map<uint32_t, std::vector<uint64_t>> shingles;
   auto set_of = [&](uint32_t d) -> const std::vector<uint64_t>& {
     auto it = shingles.find(d);
     if (it == shingles.end()) it = shingles.emplace(d, shingle_set(texts.at(d), opt.char_ngram)).first;
     return it->second;
   };
-  for (int round = 0; work.size() > 1 && (opt.heuristic_iter < 0 || round < opt.heuristic_iter); ++round) {
-    Verified v{work[0], {}};
-    std::vector<uint32_t> rest;
-    for (size_t k = 1; k < work.size(); ++k) {
-      const uint32_t other = work[k];
-      const uint64_t key = pair_key(v.main, other);
-      auto it = known.find(key);
-      const bool seen = it != known.end();
-      const double sim = seen ? it->second : jaccard(set_of(v.main), set_of(other), mode);
-      if (!seen) computed.emplace_back(key, sim);
-      if (sim > opt.jaccard_threshold) {
-        if (!seen) v.similar.emplace_back(other, sim);
-      } else {
-        rest.push_back(other);
-      }
-    }
-    if (!v.similar.empty()) out.push_back(std::move(v));
-    work.swap(rest);
-  }
+  auto seen = [&](uint32_t a, uint32_t b) -> std::optional<double> {
+    auto it = known.find(pair_key(a, b));
+    return it == known.end() ? std::nullopt : std::optional<double>(it->second);
+  };
+  auto report = [&](uint32_t main, uint32_t other, double sim, bool fresh) {
+    if (out.empty() || out.back().main != main) out.push_back({main, {}});
+    if (fresh) out.back().similar.emplace_back(other, sim);
+  };
+  verify_bucket(bucket.docs, {.threshold = opt.jaccard_threshold, .heuristic_iter = opt.heuristic_iter, .mode = mode}, set_of, seen,
+                report, [&](uint32_t a, uint32_t b, double sim) { computed.emplace_back(pair_key(a, b), sim); });
+  std::erase_if(out, [](const Verified& v) { return v.similar.empty(); });
   return out;
 }
 
@@ -360,7 +351,7 @@ PairCounts find_pairs(const FindDuplicatesOptions& opt, const Corpus& corpus, ui
     std::vector<std::vector<Verified>> results(buckets.size());
     std::vector<std::vector<std::pair<uint64_t, double>>> computed(buckets.size());
     arena.execute([&] {
-      tbb::parallel_for(size_t{0}, buckets.size(), [&](size_t i) { results[i] = verify_bucket(buckets[i], texts, known, opt, mode, computed[i]); });
+      tbb::parallel_for(size_t{0}, buckets.size(), [&](size_t i) { results[i] = verify_one_bucket(buckets[i], texts, known, opt, mode, computed[i]); });
     });
     for (size_t i = 0; i < buckets.size(); ++i) {
       for (const auto& [key, sim] : computed[i]) known.emplace(key, sim);

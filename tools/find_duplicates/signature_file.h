@@ -31,7 +31,7 @@
 #include <string_view>
 
 #include "common/core/mapped_file.h"
-#include "tools/find_duplicates/minhash.h"
+#include "common/dedup/minhash.h"
 
 namespace zlm::formats {
 

@@ -13,7 +13,7 @@
 #include "common/io/json_members.h"
 #include "common/io/line_reader.h"
 #include "common/core/log.h"
-#include "tools/group_dups/union_find.h"
+#include "common/dedup/union_find.h"
 
 namespace zlm::group_dups {
 

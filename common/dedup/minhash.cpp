@@ -1,4 +1,4 @@
-#include "tools/find_duplicates/minhash.h"
+#include "common/dedup/minhash.h"
 
 #define XXH_INLINE_ALL
 #include <xxhash.h>

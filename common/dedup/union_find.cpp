@@ -1,4 +1,4 @@
-#include "tools/group_dups/union_find.h"
+#include "common/dedup/union_find.h"
 
 namespace zlm {
 

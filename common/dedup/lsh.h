@@ -1,0 +1,44 @@
+// Verification of one LSH bucket, as Megatron's find_duplicates.py does it
+// (docs/compatibility.md, "OpenWebText scripts"), shared by find_duplicates
+// (one machine) and near_dedup (sharded), so that both report the same pairs.
+//
+//   zlm::verify_bucket(docs, rule, shingles_of, known, [&](uint32_t main, uint32_t other, double sim, bool fresh) {...});
+//
+// `docs` are the bucket's members in input order. Round k takes the first
+// remaining member as the "main" document (Megatron picks one at random) and
+// compares it by exact character n-gram Jaccard with every other remaining
+// member; those above the threshold are reported with it and leave the bucket,
+// the others form the next round; at most `heuristic_iter` rounds (-1: until
+// fewer than two members remain). The outcome of a bucket depends on its
+// members only. `known` may return a similarity computed earlier (in another
+// band): it is then reused, and reported with fresh = false.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "common/dedup/minhash.h"
+
+namespace zlm {
+
+struct BucketRule {
+  double threshold = 0.5;  // reported when similarity > threshold
+  int heuristic_iter = 1;  // rounds; -1: until exhausted
+  JaccardMode mode = JaccardMode::Union;
+};
+
+// shingles_of(doc) returns the sorted, unique shingle hashes of doc (the
+// caller may cache them); known(main, other) a similarity computed before, if
+// any; report(main, other, similarity, fresh) is called for each similar
+// pair, rounds in order, members in order; computed(main, other, similarity)
+// for each similarity newly computed (may be empty).
+void verify_bucket(std::span<const uint32_t> docs, const BucketRule& rule,
+                   const std::function<const std::vector<uint64_t>&(uint32_t)>& shingles_of,
+                   const std::function<std::optional<double>(uint32_t, uint32_t)>& known,
+                   const std::function<void(uint32_t, uint32_t, double, bool)>& report,
+                   const std::function<void(uint32_t, uint32_t, double)>& computed = {});
+
+}  // namespace zlm
