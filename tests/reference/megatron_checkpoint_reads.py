@@ -59,6 +59,7 @@ state = model.state_dict()
 
 def args(tp, pp, **extra):
     a = dict(num_layers=LAYERS, hidden_size=HIDDEN, num_attention_heads=HEADS, max_position_embeddings=SEQ, padded_vocab_size=VOCAB,
+             make_vocab_size_divisible_by=64,  # 50257 padded to a multiple of 64 x TP (Megatron saves it with its args)
              tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp, bias_gelu_fusion=True, openai_gelu=False,
              position_embedding_type="learned_absolute", normalization="LayerNorm", add_bias_linear=True, swiglu=False,
              untie_embeddings_and_output_weights=False, group_query_attention=False, num_query_groups=None,

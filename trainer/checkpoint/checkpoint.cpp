@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <memory>
 
+#include "common/core/dir_lock.h"
 #include "common/core/error.h"
 #include "common/tokenizer/vocab_file.h"
 #include "common/core/log.h"
@@ -263,24 +264,23 @@ torch::Tensor fit_vocab(const torch::Tensor& t, int64_t rows, bool weights) {
 
 // Resuming resizes only the padding: the rows of tokens must be the same
 // vocabulary's, or the run would make up rows (a larger vocabulary) or drop
-// trained ones (a smaller). Checkpoints from before the count was saved: their
-// rows must be what this vocabulary pads to in the layout they were saved with.
-void check_vocabulary(const CheckpointReader& r, const Gpt2Config& run, int64_t divisible_by) {
-  const Gpt2Config& saved = r.config;
-  const int64_t entries = run.vocab_entries;
-  const int64_t saved_entries = saved.vocab_entries;
+// trained ones (a smaller). Checkpoints that do not say their token count
+// (saved_entries 0: older ones of ours, Megatron's and DeepSpeed's): their rows
+// must be what this vocabulary pads to in the layout they were saved with.
+void check_vocabulary(const std::string& where, int64_t saved_entries, int64_t saved_rows, int64_t saved_tp, int64_t divisible_by,
+                      int64_t entries) {
   if (entries <= 0) return;  // a model built without a vocabulary file (tests)
   const bool same = saved_entries > 0 ? saved_entries == entries
-                    : saved.vocab_size == static_cast<int64_t>(padded_vocab_size(static_cast<uint64_t>(entries), static_cast<uint64_t>(divisible_by),
-                                                                                  static_cast<uint64_t>(r.layout.tp)));
+                    : saved_rows == static_cast<int64_t>(padded_vocab_size(static_cast<uint64_t>(entries), static_cast<uint64_t>(divisible_by),
+                                                                           static_cast<uint64_t>(saved_tp)));
   if (same) return;
   const std::string theirs = saved_entries > 0 ? strprintf("a vocabulary of %ld tokens", (long)saved_entries)
-                                               : strprintf("%ld embedding rows, which no padding of %ld tokens gives", (long)saved.vocab_size, (long)entries);
+                                               : strprintf("%ld embedding rows, which no padding of %ld tokens gives", (long)saved_rows, (long)entries);
   throw Error(ErrorKind::Usage, "%s: the checkpoint was trained with %s; this run's vocabulary has %ld: resuming would %s ---> HINT: give "
-              "the --vocab-file the checkpoint was trained with", r.path(0, 0).c_str(), theirs.c_str(), (long)entries,
-              saved_entries == 0          ? "drop trained embedding rows or add untrained ones"
-              : saved_entries > entries   ? "drop trained embedding rows"
-                                          : "add embedding rows that were never trained");
+              "the --vocab-file the checkpoint was trained with", where.c_str(), theirs.c_str(), (long)entries,
+              saved_entries == 0 ? (saved_rows > entries ? "drop trained embedding rows" : "add embedding rows that were never trained")
+              : saved_entries > entries ? "drop trained embedding rows"
+                                        : "add embedding rows that were never trained");
 }
 
 // The GELU a checkpoint was trained with is the one the run computes, or the model would change.
@@ -303,6 +303,8 @@ bool load_imported_checkpoint(const TrainArgs& a, ImportedModel m, Gpt2& model, 
                 "%ld, %ld", a.load.c_str(), m.format.c_str(), (long)s.num_layers, (long)s.hidden, (long)s.heads, (long)s.max_positions,
                 (long)c.num_layers, (long)c.hidden, (long)c.heads, (long)c.max_positions);
   check_gelu("--load " + a.load, s, c);
+  check_vocabulary("--load " + a.load, m.vocab_entries, s.vocab_size, m.tp,
+                   m.vocab_divisible_by > 0 ? m.vocab_divisible_by : a.make_vocab_size_divisible_by, c.vocab_entries);
   if (s.vocab_size != c.vocab_size && grid.world().rank() == 0)
     ZLM_LOG_WRN("WARNING: the checkpoint's padded vocabulary has %ld rows, this run's %ld; padding rows %s", (long)s.vocab_size,
                 (long)c.vocab_size, s.vocab_size > c.vocab_size ? "dropped" : "added (copies of the last row)");
@@ -529,6 +531,7 @@ void save_checkpoint(const std::string& dir, Gpt2& model, ZeroEngine& engine, Pr
 }
 
 void save_model_checkpoint(const std::string& dir, Gpt2& model) {
+  const DirLock lock(dir, "--save");  // a file there, or a run writing it, is refused naming --save
   const fs::path final_dir = fs::path(dir) / iter_name(0);
   if (fs::exists(fs::path(dir) / "latest_checkpointed_iteration.txt"))
     throw Error(ErrorKind::Usage, "--save %s already holds a checkpoint (%s): a converted model starts a new directory", dir.c_str(),
@@ -575,7 +578,7 @@ bool load_checkpoint(const TrainArgs& a, Gpt2& model, ZeroEngine& engine, Proces
     throw Error(ErrorKind::Usage, "%s: checkpoint of a model with %ld layers, hidden %ld, %ld heads, vocab %ld; this run has %ld, %ld, %ld, %ld",
                 r.path(0, 0).c_str(), (long)s.num_layers, (long)s.hidden, (long)s.heads, (long)s.vocab_size, (long)c.num_layers,
                 (long)c.hidden, (long)c.heads, (long)c.vocab_size);
-  check_vocabulary(r, c, a.make_vocab_size_divisible_by);
+  check_vocabulary(r.path(0, 0), r.config.vocab_entries, s.vocab_size, r.layout.tp, a.make_vocab_size_divisible_by, c.vocab_entries);
   check_gelu(r.path(0, 0), s, c);
   if (s.vocab_size != c.vocab_size && grid.world().rank() == 0)
     ZLM_LOG_WRN("WARNING: the checkpoint's padded vocabulary has %ld rows, this run's %ld (another --tensor-model-parallel-size or "

@@ -200,6 +200,8 @@ void read_megatron_args(const PyValue& args, const std::string& where, ImportedM
   c.heads = int_arg(args, "num_attention_heads", where);
   c.max_positions = int_arg(args, "max_position_embeddings", where);
   c.vocab_size = int_arg(args, "padded_vocab_size", where);
+  if (const PyValue* v = arg(args, "zerolm_vocab_entries")) m.vocab_entries = v->as_int();
+  if (const PyValue* v = arg(args, "make_vocab_size_divisible_by")) m.vocab_divisible_by = v->as_int();
   c.hidden_dropout = c.attention_dropout = 0;
   c.erf_gelu = erf_gelu(args);
   auto samples = [&](const char* name, int64_t per_iteration) {
@@ -363,6 +365,7 @@ std::shared_ptr<PyValue> megatron_args(const MegatronPart& part) {
   arg_of("max_position_embeddings", py_int(c.max_positions));
   arg_of("seq_length", py_int(c.max_positions));
   arg_of("padded_vocab_size", py_int(c.vocab_size));
+  if (c.vocab_entries > 0) arg_of("zerolm_vocab_entries", py_int(c.vocab_entries));  // ours: Megatron ignores it
   arg_of("tensor_model_parallel_size", py_int(part.tp));
   arg_of("pipeline_model_parallel_size", py_int(part.pp));
   arg_of("position_embedding_type", py_str("learned_absolute"));

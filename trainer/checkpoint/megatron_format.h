@@ -57,6 +57,10 @@ struct ImportedModel {
   int64_t iteration = 0;
   int64_t tp = 1, pp = 1;                        // the layout it was saved in
   int64_t consumed_train = 0, consumed_valid = 0;  // samples (args.consumed_*_samples; else iteration x global batch)
+  // The vocabulary behind config.vocab_size's padded rows, where args say it:
+  // the token count (zerolm_vocab_entries, written by us), else Megatron's
+  // make_vocab_size_divisible_by (0: not said).
+  int64_t vocab_entries = 0, vocab_divisible_by = 0;
   std::map<std::string, torch::Tensor> params;  // whole-model fp32 tensors
   // Adam's moments, where the checkpoint has them in a layout we read (else
   // empty), and the optimizer's step count.

@@ -336,8 +336,8 @@ void Trainer::build_data() {
     raw_weights.push_back(w);
     if (readers_.back()->total_tokens() == 0)  // the cause, before --split's ranges would blame themselves
       throw Error(ErrorKind::Format, "--data-path %s: the dataset holds %s ---> HINT: check the step that made it (preprocess_data's stats "
-                  "say how many records it rejected)", prefix.c_str(), readers_.back()->num_sequences() == 0 ? "no documents"
-                  : strprintf("%lu documents, all empty", (unsigned long)readers_.back()->num_sequences()).c_str());
+                  "say how many records it rejected)", prefix.c_str(), readers_.back()->num_documents() == 0 ? "no documents"
+                  : strprintf("%lu documents, all empty", (unsigned long)readers_.back()->num_documents()).c_str());
     // Checked at open, not met as an index error deep in the embedding lookup.
     if (auto bad = formats::find_token_id_out_of_range(*readers_.back(), vocab_entries_))
       throw Error(ErrorKind::Format, "%s: document %lu (sequence %lu) holds token id %ld, but %s has %ld tokens ---> HINT: the dataset "
