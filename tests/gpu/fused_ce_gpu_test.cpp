@@ -39,7 +39,11 @@ TEST(FusedCeGpu, KernelEqualsChunkedOnTheDevice) {
   for (Shape s : {Shape{64, 50304}, Shape{33, 50257}, Shape{128, 25152}, Shape{7, 9}})
     for (auto dtype : {torch::kFloat, torch::kBFloat16, torch::kHalf}) {
       const auto logits = (torch::randn({s.rows, s.cols}, dev) * 6).to(dtype);
-      const auto targets = torch::randint(s.cols, {s.rows}, torch::TensorOptions().dtype(torch::kLong).device(dev));
+      auto targets = torch::randint(s.cols, {s.rows}, torch::TensorOptions().dtype(torch::kLong).device(dev));
+      // Every fifth row's target outside this rank's vocabulary range (as another
+      // tensor-parallel rank's target is): the kernel's out-of-range branches.
+      targets.slice(0, 0, s.rows, 5).fill_(s.cols + 3);
+      if (s.rows > 3) targets.slice(0, 3, 4).fill_(-1);
       const Result want = run(logits, targets, CeImpl::Chunked, false);
       const Result got = run(logits, targets, CeImpl::Auto, false);
       const Result over = run(logits, targets, CeImpl::Auto, true);

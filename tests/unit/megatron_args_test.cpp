@@ -2,6 +2,7 @@
 #include "trainer/config/settings.h"
 
 #include <cmath>
+#include <fstream>
 
 #include "common/core/error.h"
 #include "test_util.h"
@@ -205,6 +206,14 @@ TEST(Settings, RulesNameTheOrigin) {
                    "--offload-params: needs ZeRO stage 3, the only one that shards parameters (the stage is 2, from --zero-stage 2)");
   EXPECT_ZLM_ERROR(config(with({"--delayed-param-update"})), ErrorKind::Usage, "--delayed-param-update: needs --cpu-offload");
   EXPECT_ZLM_ERROR(config(with({"--fp16", "--bf16"})), ErrorKind::Usage, "--fp16 and --bf16 are exclusive");
+  // The gradients' dtype, checked with the settings and named by where it came from.
+  test::TempDir dir;
+  const std::string ds = dir.path("ds.json");
+  std::ofstream(ds) << R"({"train_micro_batch_size_per_gpu": 3, "communication_data_type": "fp16", "bf16": {"enabled": true}})";
+  EXPECT_ZLM_ERROR(config(with({"--deepspeed", "--deepspeed_config", ds, "--bf16"})), ErrorKind::Usage,
+                   "communication_data_type");
+  EXPECT_ZLM_ERROR(config(with({"--deepspeed", "--deepspeed_config", ds, "--bf16"})), ErrorKind::Usage,
+                   "gradients in fp16 with bf16 parameters");
   const TrainConfig c = make_train_config(parse(with({"--zero-stage", "3", "--cpu-offload", "--offload-params"})), 2);
   EXPECT_TRUE(c.zero.shard_optimizer && c.zero.shard_gradients && c.zero.shard_parameters && c.zero.offload_optimizer && c.zero.offload_parameters);
   EXPECT_EQ(c.data_parallel, 2);

@@ -93,6 +93,16 @@ std::vector<std::vector<Param>> param_groups(const PyValue& model_states, const 
   return groups;
 }
 
+// How a ZeRO stage lays out the optimizer files: stages 1 and 2 hold one flat
+// fp32 vector per parameter group, cut into one piece per rank; stage 3 cuts
+// every parameter over the ranks. Decided once, from the stage.
+enum class Partitioning { kFlatGroups, kPerParameter };
+
+Partitioning partitioning_of(int64_t zero_stage, const std::string& where) {
+  if (zero_stage < 1 || zero_stage > 3) throw Error(ErrorKind::Format, "%s: zero_stage %ld (DeepSpeed's are 1, 2 and 3)", where.c_str(), (long)zero_stage);
+  return zero_stage == 3 ? Partitioning::kPerParameter : Partitioning::kFlatGroups;
+}
+
 // One data-parallel rank's optimizer file: its pieces of the fp32 weights and moments, one per group.
 struct Partition {
   std::vector<torch::Tensor> kind[3];  // weights, exp_avg, exp_avg_sq
@@ -100,14 +110,15 @@ struct Partition {
   bool moments = true;
 };
 
-Partition read_partition(const PyValue& file_value, int64_t stage, size_t groups, const std::string& file) {
+Partition read_partition(const PyValue& file_value, Partitioning layout, size_t groups, const std::string& file) {
+  const bool flat = layout == Partitioning::kFlatGroups;
   const PyValue& osd = file_value.at("optimizer_state_dict");
-  const PyValue& flats = osd.at(stage <= 2 ? "single_partition_of_fp32_groups" : "fp32_flat_groups");
+  const PyValue& flats = osd.at(flat ? "single_partition_of_fp32_groups" : "fp32_flat_groups");
   if (flats.items.size() != groups)
     throw Error(ErrorKind::Format, "%s: %zu fp32 groups, param_shapes has %zu", file.c_str(), flats.items.size(), groups);
   Partition p;
   for (const auto& t : flats.items) p.kind[0].push_back(t->as_tensor().to(torch::kFloat).flatten());
-  const PyValue* inner = osd.find(stage <= 2 ? "base_optimizer_state" : "optimizer_state_dict");
+  const PyValue* inner = osd.find(flat ? "base_optimizer_state" : "optimizer_state_dict");
   const PyValue* state = inner ? inner->find("state") : nullptr;
   for (size_t g = 0; g < groups && p.moments; ++g) {
     const PyValue* s = state ? int_key(*state, static_cast<int64_t>(g)) : nullptr;
@@ -257,43 +268,102 @@ bool is_deepspeed_checkpoint(const std::string& dir) {
   return false;
 }
 
-ImportedModel read_deepspeed_model(const std::string& dir) {
-  const auto tag = tag_dir(dir);
-  if (!tag || !fs::is_directory(*tag)) throw Error(ErrorKind::Usage, "%s: no DeepSpeed checkpoint (no `latest` naming a tag directory)", dir.c_str());
-  const bool stage3 = !fs::exists(*tag / model_file(0, false));
-  const fs::path first = *tag / model_file(0, stage3);
-  if (!fs::exists(first))
-    throw Error(ErrorKind::Format, "%s: no %s or %s (the file with the engine's state and Megatron's args)", tag->c_str(),
-                model_file(0, false).c_str(), model_file(0, true).c_str());
-  ImportedModel m;
-  m.format = "DeepSpeed";
-  PyValue head = load_torch_file(first.string());
-  const PyValue* it = head.find("iteration");
-  m.iteration = it ? it->as_int() : head.at("global_steps").as_int();
-  const PyValue* args = head.find("args");
-  if (!args || args->is(PyValue::Kind::None))
-    throw Error(ErrorKind::Usage, "%s: no Megatron args beside the model (Megatron-DeepSpeed saves them): the model's attention heads are "
-                "in no tensor's shape, so zerolm cannot tell its architecture", first.c_str());
-  read_megatron_args(*args, first.string(), m);
-  if (!args->find("consumed_train_samples"))
-    if (const PyValue* s = head.find("global_samples")) m.consumed_train = s->as_int();
-  MegatronJoin join(m);
-  bool moments = true;
-  // One model-states file's parameters rebuilt from its ZeRO partitions (zero_to_fp32's
-  // rules), added under Megatron's names; a name seen before (the tied embedding's copy on
-  // another pipeline stage) is skipped.
-  std::set<std::string> added;
-  auto from_partitions = [&](int64_t tp, const PyValue& states, const fs::path& mfile, const std::vector<fs::path>& files,
-                             const std::function<std::string(const std::string&)>& rename) {
-    const auto groups = param_groups(states, mfile.string());
+namespace {
+
+// Reads one DeepSpeed checkpoint directory into an ImportedModel, tensor-parallel
+// rank by rank: from the ZeRO partitions where there are any, else from the
+// pipeline's layer files or the module.
+class DeepSpeedReader {
+ public:
+  explicit DeepSpeedReader(const std::string& dir) : tag_(open_tag(dir)), join_(m_) {}
+
+  ImportedModel read() {
+    PyValue head = read_head();
+    for (int64_t tp = 0; tp < m_.tp; ++tp) {
+      const fs::path mfile = *tag_ / model_file(tp, stage3_);
+      if (!fs::exists(mfile)) throw Error(ErrorKind::Format, "%s: missing (the checkpoint was saved with TP %ld)", mfile.c_str(), (long)m_.tp);
+      read_rank(tp, tp == 0 ? std::move(head) : load_torch_file(mfile.string()), mfile);
+    }
+    join_.finish(tag_->string());
+    if (!moments_) m_.exp_avg.clear(), m_.exp_avg_sq.clear();
+    return std::move(m_);
+  }
+
+ private:
+  static fs::path open_tag(const std::string& dir) {
+    const auto tag = tag_dir(dir);
+    if (!tag || !fs::is_directory(*tag)) throw Error(ErrorKind::Usage, "%s: no DeepSpeed checkpoint (no `latest` naming a tag directory)", dir.c_str());
+    return *tag;
+  }
+
+  // The first model-states file: the counters and Megatron's args (the model's shape).
+  PyValue read_head() {
+    stage3_ = !fs::exists(*tag_ / model_file(0, false));
+    const fs::path first = *tag_ / model_file(0, stage3_);
+    if (!fs::exists(first))
+      throw Error(ErrorKind::Format, "%s: no %s or %s (the file with the engine's state and Megatron's args)", tag_->c_str(),
+                  model_file(0, false).c_str(), model_file(0, true).c_str());
+    m_.format = "DeepSpeed";
+    PyValue head = load_torch_file(first.string());
+    const PyValue* it = head.find("iteration");
+    m_.iteration = it ? it->as_int() : head.at("global_steps").as_int();
+    const PyValue* args = head.find("args");
+    if (!args || args->is(PyValue::Kind::None))
+      throw Error(ErrorKind::Usage, "%s: no Megatron args beside the model (Megatron-DeepSpeed saves them): the model's attention heads are "
+                  "in no tensor's shape, so zerolm cannot tell its architecture", first.c_str());
+    read_megatron_args(*args, first.string(), m_);
+    if (!args->find("consumed_train_samples"))
+      if (const PyValue* s = head.find("global_samples")) m_.consumed_train = s->as_int();
+    return head;
+  }
+
+  void read_rank(int64_t tp, const PyValue& states, const fs::path& mfile) {
+    const std::vector<fs::path> files = optim_files(*tag_, tp);
+    const PipeLayers pipe(*tag_, tp);
+    if (pipe.empty() && m_.pp > 1)
+      throw Error(ErrorKind::Format, "%s: args say %ld pipeline stages, but there are no layer files for tensor-parallel rank %ld", tag_->c_str(),
+                  (long)m_.pp, (long)tp);
+    if (!pipe.empty()) return read_pipeline_rank(tp, states, files, pipe);
+    if (files.empty()) {  // no ZeRO partitions: the weights are the module's
+      if (stage3_) throw Error(ErrorKind::Format, "%s: a ZeRO-3 checkpoint without its optim_states files (they hold the weights)", tag_->c_str());
+      moments_ = false;
+      for (const auto& [k, v] : states.at("module").entries)
+        join_.add(tp, 0, k->as_str(), v->is(PyValue::Kind::Tensor) ? v->as_tensor() : torch::Tensor(), mfile.string());
+      return;
+    }
+    from_partitions(tp, states, mfile, files, [](const std::string& name) { return name; });
+  }
+
+  // The pipeline engine's model-states and optim files are per model-parallel rank, which
+  // is the stage when there is no tensor parallelism: mp_rank_SS, zero_pp_rank_D_mp_rank_SS.
+  // Else (or without them) the weights are the layer files' and Adam starts afresh.
+  void read_pipeline_rank(int64_t tp, const PyValue& states, const std::vector<fs::path>& files, const PipeLayers& pipe) {
+    std::vector<std::vector<fs::path>> stage_files;  // per stage, its data-parallel ranks' optim files
+    bool partitions = m_.tp == 1 && states.find("param_shapes");
+    for (int64_t s = 0; s < m_.pp && partitions; ++s) {
+      stage_files.push_back(s == 0 ? files : optim_files(*tag_, s));
+      partitions = fs::exists(*tag_ / model_file(s, false)) && !stage_files.back().empty();
+    }
+    if (!partitions) {
+      moments_ = false;
+      for (const auto& [name, w] : pipe.weights()) join_.add(tp, 0, name, w, pipe.file());
+      return;
+    }
+    for (int64_t s = 0; s < m_.pp; ++s) {
+      const fs::path sfile = *tag_ / model_file(s, false);
+      auto rename = [&](const std::string& name) { return pipe.megatron_name(name, sfile.string()); };
+      from_partitions(tp, s == 0 ? states : load_torch_file(sfile.string()), sfile, stage_files[static_cast<size_t>(s)], rename);
+    }
+  }
+
+  // Every data-parallel rank's partition of one model-states file.
+  std::vector<Partition> read_partitions(const std::vector<fs::path>& files, size_t groups, Partitioning* layout, PyValue* rank0) {
     std::vector<Partition> ranks;
-    int64_t stage = 0;
-    PyValue rank0;
     for (size_t d = 0; d < files.size(); ++d) {
       PyValue f = load_torch_file(files[d].string());
       const PyValue& osd = f.at("optimizer_state_dict");
       if (d == 0) {
-        stage = int_value(osd.at("zero_stage"), files[d].string() + ": zero_stage");
+        *layout = partitioning_of(int_value(osd.at("zero_stage"), files[d].string() + ": zero_stage"), files[d].string());
         const PyValue& count = osd.at("partition_count");
         int64_t world = 0;
         if (count.is(PyValue::Kind::List))
@@ -302,77 +372,163 @@ ImportedModel read_deepspeed_model(const std::string& dir) {
           world = count.as_int();
         if (world != static_cast<int64_t>(files.size()))
           throw Error(ErrorKind::Format, "%s: saved by %ld data-parallel ranks, but %zu optim_states files are there (an overwritten or "
-                      "incomplete checkpoint?)", tag->c_str(), (long)world, files.size());
-        if (stage < 1 || stage > 3) throw Error(ErrorKind::Format, "%s: zero_stage %ld", files[d].c_str(), (long)stage);
+                      "incomplete checkpoint?)", tag_->c_str(), (long)world, files.size());
       }
-      ranks.push_back(read_partition(f, stage, groups.size(), files[d].string()));
-      moments = moments && ranks.back().moments;
-      if (d == 0) rank0 = std::move(f);
+      ranks.push_back(read_partition(f, *layout, groups, files[d].string()));
+      moments_ = moments_ && ranks.back().moments;
+      if (d == 0) *rank0 = std::move(f);
     }
-    const PyValue* paddings = stage <= 2 ? rank0.at("optimizer_state_dict").find("param_alignment_paddings") : nullptr;
+    return ranks;
+  }
+
+  // One model-states file's parameters rebuilt from its ZeRO partitions (zero_to_fp32's
+  // rules), added under Megatron's names; a name seen before (the tied embedding's copy on
+  // another pipeline stage) is skipped.
+  void from_partitions(int64_t tp, const PyValue& states, const fs::path& mfile, const std::vector<fs::path>& files,
+                       const std::function<std::string(const std::string&)>& rename) {
+    const auto groups = param_groups(states, mfile.string());
+    Partitioning layout = Partitioning::kFlatGroups;
+    PyValue rank0;
+    const std::vector<Partition> ranks = read_partitions(files, groups.size(), &layout, &rank0);
+    const PyValue* paddings = layout == Partitioning::kFlatGroups ? rank0.at("optimizer_state_dict").find("param_alignment_paddings") : nullptr;
     if (paddings && !paddings->is(PyValue::Kind::List)) paddings = nullptr;
-    m.adam_step = ranks[0].step;
+    m_.adam_step = ranks[0].step;
     std::map<std::string, torch::Tensor> found[3];
-    for (int kind = 0; kind < (moments ? 3 : 1); ++kind) {
+    for (int kind = 0; kind < (moments_ ? 3 : 1); ++kind) {
       auto out = [&](const Param& p, torch::Tensor t) { found[kind][p.name] = std::move(t); };
-      if (stage <= 2)
-        merge_stage12(groups, ranks, paddings, kind, tag->string(), out);
+      if (layout == Partitioning::kFlatGroups)
+        merge_stage12(groups, ranks, paddings, kind, tag_->string(), out);
       else
-        merge_stage3(groups, ranks, kind, tag->string(), out);
+        merge_stage3(groups, ranks, kind, tag_->string(), out);
     }
     for (auto& [name, w] : found[0]) {
       const std::string theirs = rename(name);
-      if (!added.insert(std::to_string(tp) + " " + theirs).second) continue;
-      join.add(tp, 0, theirs, w, mfile.string(), moments ? found[1].at(name) : torch::Tensor(), moments ? found[2].at(name) : torch::Tensor());
+      if (!added_.insert(std::to_string(tp) + " " + theirs).second) continue;
+      join_.add(tp, 0, theirs, w, mfile.string(), moments_ ? found[1].at(name) : torch::Tensor(), moments_ ? found[2].at(name) : torch::Tensor());
     }
-  };
-  for (int64_t tp = 0; tp < m.tp; ++tp) {
-    const fs::path mfile = *tag / model_file(tp, stage3);
-    if (!fs::exists(mfile)) throw Error(ErrorKind::Format, "%s: missing (the checkpoint was saved with TP %ld)", mfile.c_str(), (long)m.tp);
-    const PyValue states = tp == 0 ? std::move(head) : load_torch_file(mfile.string());
-    const std::vector<fs::path> files = optim_files(*tag, tp);
-    const PipeLayers pipe(*tag, tp);
-    if (pipe.empty() && m.pp > 1)
-      throw Error(ErrorKind::Format, "%s: args say %ld pipeline stages, but there are no layer files for tensor-parallel rank %ld", tag->c_str(),
-                  (long)m.pp, (long)tp);
-    if (!pipe.empty()) {
-      auto rename = [&](const std::string& name) { return pipe.megatron_name(name, mfile.string()); };
-      // The pipeline engine's model-states and optim files are per model-parallel rank, which
-      // is the stage when there is no tensor parallelism: mp_rank_SS, zero_pp_rank_D_mp_rank_SS.
-      // Else (or without them) the weights are the layer files' and Adam starts afresh.
-      std::vector<std::vector<fs::path>> stage_files;  // per stage, its data-parallel ranks' optim files
-      bool partitions = m.tp == 1 && states.find("param_shapes");
-      for (int64_t s = 0; s < m.pp && partitions; ++s) {
-        stage_files.push_back(s == 0 ? files : optim_files(*tag, s));
-        partitions = fs::exists(*tag / model_file(s, false)) && !stage_files.back().empty();
-      }
-      if (!partitions) {
-        moments = false;
-        for (const auto& [name, w] : pipe.weights()) join.add(tp, 0, name, w, pipe.file());
-        continue;
-      }
-      for (int64_t s = 0; s < m.pp; ++s) {
-        const fs::path sfile = *tag / model_file(s, false);
-        from_partitions(tp, s == 0 ? states : load_torch_file(sfile.string()), sfile, stage_files[static_cast<size_t>(s)], rename);
-      }
-      continue;
-    }
-    if (files.empty()) {  // no ZeRO partitions: the weights are the module's
-      if (stage3) throw Error(ErrorKind::Format, "%s: a ZeRO-3 checkpoint without its optim_states files (they hold the weights)", tag->c_str());
-      moments = false;
-      const PyValue& module = states.at("module");
-      for (const auto& [k, v] : module.entries) join.add(tp, 0, k->as_str(), v->is(PyValue::Kind::Tensor) ? v->as_tensor() : torch::Tensor(), mfile.string());
-      continue;
-    }
-    from_partitions(tp, states, mfile, files, [](const std::string& name) { return name; });
   }
-  join.finish(tag->string());
-  if (!moments) m.exp_avg.clear(), m.exp_avg_sq.clear();
-  return m;
+
+  std::optional<fs::path> tag_;
+  ImportedModel m_;
+  MegatronJoin join_;
+  bool stage3_ = false;  // ZeRO 3's per-rank model-states files
+  bool moments_ = true;
+  std::set<std::string> added_;
+};
+
+constexpr const char* kDeepSpeedVersion = "0.19.8";  // the DeepSpeed whose layout we write
+
+// Data-parallel rank D's piece of the fp32 weights, as ZeRO partitions them; for
+// flat groups, the padding the last rank holds.
+std::vector<torch::Tensor> partition_weights(const std::vector<torch::Tensor>& params, Partitioning layout, int64_t dp_size,
+                                             int64_t* group_padding) {
+  std::vector<torch::Tensor> pieces;
+  *group_padding = 0;
+  if (layout == Partitioning::kFlatGroups) {
+    torch::Tensor flat = torch::cat(params);
+    const int64_t padded = align_up(flat.numel(), 2 * dp_size);
+    *group_padding = padded - flat.numel();
+    flat = torch::cat({flat, torch::zeros({*group_padding})});
+    for (int64_t d = 0; d < dp_size; ++d) pieces.push_back(flat.narrow(0, d * (padded / dp_size), padded / dp_size).clone());
+    return pieces;
+  }
+  for (int64_t d = 0; d < dp_size; ++d) {
+    std::vector<torch::Tensor> mine;
+    for (const torch::Tensor& p : params) {
+      const int64_t piece = (p.numel() + dp_size - 1) / dp_size;
+      torch::Tensor padded = torch::cat({p, torch::zeros({piece * dp_size - p.numel()})});
+      mine.push_back(padded.narrow(0, d * piece, piece));
+    }
+    pieces.push_back(torch::cat(mine));
+  }
+  return pieces;
 }
 
-void save_deepspeed_checkpoint(const std::string& dir, Gpt2& model, int64_t iteration, int stage, int64_t dp_size) {
-  if (stage < 1 || stage > 3) throw Error(ErrorKind::Usage, "a DeepSpeed checkpoint of ZeRO stage %d: the stages are 1, 2 and 3", stage);
+std::shared_ptr<PyValue> list_of(std::shared_ptr<PyValue> v) {
+  auto l = py_list();
+  l->items.push_back(std::move(v));
+  return l;
+}
+
+// The engine's model-states file: the module (ZeRO 3: empty tensors, the weights
+// being in the partitions), the parameters' shapes and order, counters, the
+// config, and Megatron-DeepSpeed's client state (args, iteration).
+PyValue model_states(const std::shared_ptr<PyValue>& module, const std::shared_ptr<PyValue>& shapes, const std::shared_ptr<PyValue>& ds_config,
+                     const Gpt2Config& config, int64_t iteration, int64_t dp_size, bool empty_module) {
+  PyValue top;
+  top.kind = PyValue::Kind::Dict;
+  auto put = [&](const char* k, std::shared_ptr<PyValue> v) { top.entries.emplace_back(py_str(k), std::move(v)); };
+  std::shared_ptr<PyValue> mod = module;
+  if (empty_module) {
+    mod = py_dict();
+    for (const auto& [k, v] : module->entries) mod->entries.emplace_back(k, v->is(PyValue::Kind::Tensor) ? py_tensor(torch::empty({0})) : v);
+  }
+  put("module", mod);
+  put("buffer_names", py_list());
+  put("optimizer", py_none());
+  put("param_shapes", list_of(shapes));
+  for (const char* empty : {"frozen_param_shapes", "shared_params", "frozen_param_fragments"}) put(empty, py_dict());
+  for (const char* none : {"lr_scheduler", "data_sampler", "random_ltd"}) put(none, py_none());
+  put("sparse_tensor_module_names", py_list());
+  put("skipped_steps", py_int(0));
+  put("global_steps", py_int(iteration));
+  put("global_samples", py_int(0));
+  put("dp_world_size", py_int(dp_size));
+  put("mp_world_size", py_int(1));
+  put("ds_config", ds_config);
+  put("ds_version", py_str(kDeepSpeedVersion));
+  put("args", megatron_args(MegatronPart{.config = config, .iteration = iteration}));
+  put("checkpoint_version", py_float(3.0));
+  put("iteration", py_int(iteration));
+  return top;
+}
+
+// Rank D's optim-states file: its weights' piece, Adam's moments (zero) for it,
+// and the partitioning's bookkeeping.
+PyValue optim_states(const torch::Tensor& w, Partitioning layout, int stage, int64_t d, int64_t dp_size, int64_t group_padding,
+                     const std::shared_ptr<PyValue>& ds_config) {
+  auto adam = py_dict();
+  adam->entries.emplace_back(py_str("step"), py_tensor(torch::zeros({})));
+  adam->entries.emplace_back(py_str("exp_avg"), py_tensor(torch::zeros_like(w)));
+  adam->entries.emplace_back(py_str("exp_avg_sq"), py_tensor(torch::zeros_like(w)));
+  auto state = py_dict();
+  state->entries.emplace_back(py_int(0), adam);
+  auto group = py_dict();
+  group->entries.emplace_back(py_str("params"), list_of(py_int(0)));
+  auto inner = py_dict();
+  inner->entries.emplace_back(py_str("state"), state);
+  inner->entries.emplace_back(py_str("param_groups"), list_of(group));
+  auto osd = py_dict();
+  auto put = [&](const char* k, std::shared_ptr<PyValue> v) { osd->entries.emplace_back(py_str(k), std::move(v)); };
+  put("zero_stage", py_int(stage));
+  put("dynamic_loss_scale", py_bool(false));
+  put("overflow", py_bool(false));
+  if (layout == Partitioning::kFlatGroups) {
+    put("base_optimizer_state", inner);
+    put("single_partition_of_fp32_groups", list_of(py_tensor(w)));
+    put("group_paddings", list_of(py_int(d == dp_size - 1 ? group_padding : 0)));
+    put("partition_count", list_of(py_int(dp_size)));
+  } else {
+    put("optimizer_state_dict", inner);
+    put("fp32_flat_groups", list_of(py_tensor(w)));
+    put("partition_count", py_int(dp_size));
+  }
+  put("ds_version", py_str(kDeepSpeedVersion));
+  PyValue top;
+  top.kind = PyValue::Kind::Dict;
+  top.entries.emplace_back(py_str("optimizer_state_dict"), osd);
+  top.entries.emplace_back(py_str("ds_config"), ds_config);
+  top.entries.emplace_back(py_str("ds_version"), py_str(kDeepSpeedVersion));
+  return top;
+}
+
+}  // namespace
+
+ImportedModel read_deepspeed_model(const std::string& dir) { return DeepSpeedReader(dir).read(); }
+
+void save_deepspeed_checkpoint(const std::string& dir, Gpt2& model, int64_t iteration, ZeroStage zero_stage, int64_t dp_size) {
+  const int stage = static_cast<int>(zero_stage);
+  const Partitioning layout = partitioning_of(stage, "--zero-stage");
   if (dp_size < 1) throw Error(ErrorKind::Usage, "a DeepSpeed checkpoint for %ld data-parallel ranks", (long)dp_size);
   if (fs::exists(fs::path(dir) / "latest"))
     throw Error(ErrorKind::Usage, "%s already holds a DeepSpeed checkpoint: an exported model starts a new directory", dir.c_str());
@@ -388,118 +544,21 @@ void save_deepspeed_checkpoint(const std::string& dir, Gpt2& model, int64_t iter
       shapes->entries.emplace_back(k, py_size(v->tensor.sizes().vec()));
       params.push_back(v->tensor.flatten());
     }
-  auto ds_config = py_dict();
   auto zero = py_dict();
   zero->entries.emplace_back(py_str("stage"), py_int(stage));
+  auto ds_config = py_dict();
   ds_config->entries.emplace_back(py_str("zero_optimization"), zero);
-  const std::string version = "0.19.8";  // the DeepSpeed whose layout this is
-
-  // Each rank's pieces of one flat vector per group (here one group) for the weights; the moments are zero.
-  std::vector<torch::Tensor> pieces;
   int64_t group_padding = 0;
-  if (stage <= 2) {
-    torch::Tensor flat = torch::cat(params);
-    const int64_t padded = align_up(flat.numel(), 2 * dp_size);
-    group_padding = padded - flat.numel();
-    flat = torch::cat({flat, torch::zeros({group_padding})});
-    for (int64_t d = 0; d < dp_size; ++d) pieces.push_back(flat.narrow(0, d * (padded / dp_size), padded / dp_size).clone());
+  const std::vector<torch::Tensor> pieces = partition_weights(params, layout, dp_size, &group_padding);
+  if (layout == Partitioning::kFlatGroups) {
+    save_torch_file((tag_path / model_file(0, false)).string(), model_states(module, shapes, ds_config, model->config(), iteration, dp_size, false));
   } else {
-    for (int64_t d = 0; d < dp_size; ++d) {
-      std::vector<torch::Tensor> mine;
-      for (const torch::Tensor& p : params) {
-        const int64_t piece = (p.numel() + dp_size - 1) / dp_size;
-        torch::Tensor padded = torch::cat({p, torch::zeros({piece * dp_size - p.numel()})});
-        mine.push_back(padded.narrow(0, d * piece, piece));
-      }
-      pieces.push_back(torch::cat(mine));
-    }
+    for (int64_t d = 0; d < dp_size; ++d)
+      save_torch_file((tag_path / model_file(0, true, d)).string(), model_states(module, shapes, ds_config, model->config(), iteration, dp_size, true));
   }
-  auto model_states = [&](bool empty_module) {
-    PyValue top;
-    top.kind = PyValue::Kind::Dict;
-    auto put = [&](const char* k, std::shared_ptr<PyValue> v) { top.entries.emplace_back(py_str(k), std::move(v)); };
-    std::shared_ptr<PyValue> mod = module;
-    if (empty_module) {  // ZeRO 3 saves each parameter as an empty tensor: the weights are in the partitions
-      mod = py_dict();
-      for (const auto& [k, v] : module->entries)
-        mod->entries.emplace_back(k, v->is(PyValue::Kind::Tensor) ? py_tensor(torch::empty({0})) : v);
-    }
-    put("module", mod);
-    put("buffer_names", py_list());
-    put("optimizer", py_none());
-    auto groups = py_list();
-    groups->items.push_back(shapes);
-    put("param_shapes", groups);
-    put("frozen_param_shapes", py_dict());
-    put("shared_params", py_dict());
-    put("frozen_param_fragments", py_dict());
-    put("lr_scheduler", py_none());
-    put("data_sampler", py_none());
-    put("random_ltd", py_none());
-    put("sparse_tensor_module_names", py_list());
-    put("skipped_steps", py_int(0));
-    put("global_steps", py_int(iteration));
-    put("global_samples", py_int(0));
-    put("dp_world_size", py_int(dp_size));
-    put("mp_world_size", py_int(1));
-    put("ds_config", ds_config);
-    put("ds_version", py_str(version));
-    // What Megatron-DeepSpeed adds as the engine's client state.
-    put("args", megatron_args(MegatronPart{.config = model->config(), .iteration = iteration}));
-    put("checkpoint_version", py_float(3.0));
-    put("iteration", py_int(iteration));
-    return top;
-  };
-  if (stage <= 2) {
-    save_torch_file((tag_path / model_file(0, false)).string(), model_states(false));
-  } else {
-    for (int64_t d = 0; d < dp_size; ++d) save_torch_file((tag_path / model_file(0, true, d)).string(), model_states(true));
-  }
-  for (int64_t d = 0; d < dp_size; ++d) {
-    const torch::Tensor& w = pieces[static_cast<size_t>(d)];
-    auto adam = py_dict();
-    adam->entries.emplace_back(py_str("step"), py_tensor(torch::zeros({})));
-    adam->entries.emplace_back(py_str("exp_avg"), py_tensor(torch::zeros_like(w)));
-    adam->entries.emplace_back(py_str("exp_avg_sq"), py_tensor(torch::zeros_like(w)));
-    auto state = py_dict();
-    state->entries.emplace_back(py_int(0), adam);
-    auto group = py_dict();
-    auto ids = py_list();
-    ids->items.push_back(py_int(0));
-    group->entries.emplace_back(py_str("params"), ids);
-    auto group_list = py_list();
-    group_list->items.push_back(group);
-    auto inner = py_dict();
-    inner->entries.emplace_back(py_str("state"), state);
-    inner->entries.emplace_back(py_str("param_groups"), group_list);
-    auto osd = py_dict();
-    auto put = [&](const char* k, std::shared_ptr<PyValue> v) { osd->entries.emplace_back(py_str(k), std::move(v)); };
-    auto one = [](std::shared_ptr<PyValue> v) {
-      auto l = py_list();
-      l->items.push_back(std::move(v));
-      return l;
-    };
-    put("zero_stage", py_int(stage));
-    put("dynamic_loss_scale", py_bool(false));
-    put("overflow", py_bool(false));
-    if (stage <= 2) {
-      put("base_optimizer_state", inner);
-      put("single_partition_of_fp32_groups", one(py_tensor(w)));
-      put("group_paddings", one(py_int(d == dp_size - 1 ? group_padding : 0)));
-      put("partition_count", one(py_int(dp_size)));
-    } else {
-      put("optimizer_state_dict", inner);
-      put("fp32_flat_groups", one(py_tensor(w)));
-      put("partition_count", py_int(dp_size));
-    }
-    put("ds_version", py_str(version));
-    PyValue top;
-    top.kind = PyValue::Kind::Dict;
-    top.entries.emplace_back(py_str("optimizer_state_dict"), osd);
-    top.entries.emplace_back(py_str("ds_config"), ds_config);
-    top.entries.emplace_back(py_str("ds_version"), py_str(version));
-    save_torch_file((tag_path / optim_file(0, d)).string(), top);
-  }
+  for (int64_t d = 0; d < dp_size; ++d)
+    save_torch_file((tag_path / optim_file(0, d)).string(),
+                    optim_states(pieces[static_cast<size_t>(d)], layout, stage, d, dp_size, group_padding, ds_config));
   // Last: the checkpoint is complete before the tag file names it.
   write_file_atomic((fs::path(dir) / "latest").string(), tag);
 }

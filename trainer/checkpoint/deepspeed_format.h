@@ -32,6 +32,7 @@
 #include <string>
 
 #include "trainer/checkpoint/megatron_format.h"
+#include "trainer/config/settings.h"
 
 namespace zlm::trainer {
 
@@ -42,11 +43,11 @@ bool is_deepspeed_checkpoint(const std::string& dir);
 ImportedModel read_deepspeed_model(const std::string& dir);
 
 // Writes a whole model as DeepSpeed's checkpoint of `iteration` (tag
-// global_stepN) in a new directory, partitioned as ZeRO stage `stage` (1-3)
+// global_stepN) in a new directory, partitioned as ZeRO stage `stage` (1-3; 0 is refused)
 // over `dp_size` data-parallel ranks would hold it, with megatron-core's names
 // and Megatron's `args` (what Megatron-DeepSpeed saves), Adam's moments zero.
 // DeepSpeed's zero_to_fp32.py / get_fp32_state_dict_from_zero_checkpoint
 // rebuilds the weights from it.
-void save_deepspeed_checkpoint(const std::string& dir, Gpt2& model, int64_t iteration, int stage, int64_t dp_size);
+void save_deepspeed_checkpoint(const std::string& dir, Gpt2& model, int64_t iteration, ZeroStage stage, int64_t dp_size);
 
 }  // namespace zlm::trainer

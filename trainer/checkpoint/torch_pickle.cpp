@@ -137,6 +137,10 @@ class Unpickler {
   Py rebuild_tensor(const std::vector<Py>& a);
   Py persistent(const Py& pid);
   bool step();
+  bool scalar_op(uint8_t op);
+  bool container_op(uint8_t op);
+  bool object_op(uint8_t op);
+  bool stack_op(uint8_t op);
 
   const uint8_t *p_, *begin_, *end_, *op_at_ = nullptr;
   const std::function<torch::Tensor(const std::string&, torch::ScalarType, int64_t)>& storage_;
@@ -247,15 +251,10 @@ Py Unpickler::call(const Py& callable, const Py& args) {
 }
 
 // One opcode; false at STOP.
-bool Unpickler::step() {
+// Opcodes that push a scalar: None, booleans, integers, floats, strings and bytes; false when `op` is none of them.
+bool Unpickler::scalar_op(uint8_t op) {
   using K = PyValue::Kind;
-  op_at_ = p_;
-  const uint8_t op = *take(1);
   switch (op) {
-    case 0x80: take(1); break;       // PROTO
-    case 0x95: take(8); break;       // FRAME
-    case '.': return false;          // STOP
-    case '(': marks_.push_back(stack_.size()); break;
     case 'N': stack_.push_back(make(K::None)); break;
     case 0x88: case 0x89: {          // NEWTRUE, NEWFALSE
       Py v = make(K::Bool);
@@ -299,6 +298,15 @@ bool Unpickler::step() {
     case 'B': push_str(K::Bytes, le<uint32_t>()); break;
     case 'C': push_str(K::Bytes, le<uint8_t>()); break;
     case 0x8e: push_str(K::Bytes, le<uint64_t>()); break;
+    default: return false;
+  }
+  return true;
+}
+
+// Opcodes that build or fill tuples, lists, sets and dicts; false when `op` is none of them.
+bool Unpickler::container_op(uint8_t op) {
+  using K = PyValue::Kind;
+  switch (op) {
     case '}': stack_.push_back(make(K::Dict)); break;
     case ']': stack_.push_back(make(K::List)); break;
     case 0x8f: stack_.push_back(make(K::List)); break;  // EMPTY_SET
@@ -343,6 +351,15 @@ bool Unpickler::step() {
       set_items(top(), kv);
       break;
     }
+    default: return false;
+  }
+  return true;
+}
+
+// Opcodes that make objects: globals, calls, state, persistent ids (tensors); false when `op` is none of them.
+bool Unpickler::object_op(uint8_t op) {
+  using K = PyValue::Kind;
+  switch (op) {
     case 'c': {                      // GLOBAL
       const std::string module = line();
       push_global(module, line());
@@ -373,6 +390,14 @@ bool Unpickler::step() {
       stack_.push_back(persistent(pid));
       break;
     }
+    default: return false;
+  }
+  return true;
+}
+
+// The memo and the stack: store, fetch, pop, duplicate; false when `op` is none of them.
+bool Unpickler::stack_op(uint8_t op) {
+  switch (op) {
     case 'q': memo_[le<uint8_t>()] = top(); break;
     case 'r': memo_[le<uint32_t>()] = top(); break;
     case 0x94: memo_[memo_.size()] = top(); break;  // MEMOIZE
@@ -387,13 +412,26 @@ bool Unpickler::step() {
     case '0': pop(); break;          // POP
     case '1': pop_mark(); break;     // POP_MARK
     case '2': stack_.push_back(top()); break;  // DUP
-    default: {
-      char hex[8];
-      std::snprintf(hex, sizeof hex, "0x%02x", op);
-      fail(std::string("unknown pickle opcode ") + hex);
-    }
+    default: return false;
   }
   return true;
+}
+
+// One opcode; false at STOP. Unknown opcodes are an error naming the byte.
+bool Unpickler::step() {
+  op_at_ = p_;
+  const uint8_t op = *take(1);
+  switch (op) {
+    case 0x80: take(1); return true;  // PROTO
+    case 0x95: take(8); return true;  // FRAME
+    case '.': return false;           // STOP
+    case '(': marks_.push_back(stack_.size()); return true;
+    default: break;
+  }
+  if (scalar_op(op) || container_op(op) || object_op(op) || stack_op(op)) return true;
+  char hex[8];
+  std::snprintf(hex, sizeof hex, "0x%02x", op);
+  fail(std::string("unknown pickle opcode ") + hex);
 }
 
 PyValue Unpickler::run() {

@@ -58,7 +58,7 @@ void merge_model_config(TrainArgs& a, Origins& o) {
 class Rules {
  public:
   Rules(TrainArgs& a, const Origins& o) : a_(a), o_(o) {}
-  void check_all(int world);
+  void check_all(int world, int data_parallel);
 
  private:
   [[noreturn]] void fail(const std::string& flag, const std::string& why) const {
@@ -163,12 +163,14 @@ void Rules::zero_and_precision() {
     fail("--delayed-param-update-warmup", "has no effect without --delayed-param-update");
   if (a_.fp16 && a_.bf16)
     throw Error(ErrorKind::Usage, "%s and %s are exclusive", o_.describe("--fp16").c_str(), o_.describe("--bf16").c_str());
+  // Gradients are reduced in fp32 or in the parameters' dtype (trainer.cpp picks which).
+  if (const std::string& g = a_.grad_reduce_dtype; (a_.fp16 || a_.bf16) && !g.empty() && g != "fp32" && g != (a_.fp16 ? "fp16" : "bf16"))
+    fail("--accumulate-allreduce-grads-in-fp32", strprintf("gradients in %s with %s parameters: zerolm reduces in fp32 or in the parameters' "
+         "dtype", g.c_str(), a_.fp16 ? "fp16" : "bf16"));
   if (a_.deepspeed && a_.deepspeed_config.empty()) throw Error(ErrorKind::Usage, "--deepspeed needs --deepspeed_config FILE");
 }
 
 void Rules::distribution() {
-  require(a_.tensor_model_parallel_size >= 1, "--tensor-model-parallel-size", "must be at least 1");
-  require(a_.pipeline_model_parallel_size >= 1, "--pipeline-model-parallel-size", "must be at least 1");
   // Megatron's default is None (no interleaving); a value given must be a layer count.
   require(a_.ckpt_format == "zerolm" || a_.ckpt_format == "torch", "--ckpt-format",
           "is zerolm (ours) or torch (Megatron-LM's); Megatron's torch_dist and zarr are not written");
@@ -185,7 +187,7 @@ void Rules::distribution() {
   require(a_.distributed_timeout_minutes > 0, "--distributed-timeout-minutes", "must be positive");
 }
 
-void Rules::check_all(int world) {
+void Rules::check_all(int world, int data_parallel) {
   model_and_batch();
   optimizer();
   schedule_and_logging();
@@ -193,8 +195,7 @@ void Rules::check_all(int world) {
   zero_and_precision();
   distribution();
   // Megatron's default global batch: one micro-batch on every data-parallel rank.
-  const int64_t mp = a_.tensor_model_parallel_size * a_.pipeline_model_parallel_size;
-  if (a_.global_batch_size == 0) a_.global_batch_size = a_.micro_batch_size * std::max<int64_t>(1, world / mp);
+  if (a_.global_batch_size == 0) a_.global_batch_size = a_.micro_batch_size * data_parallel;
   check_parallel_layout(a_, world);
   if (a_.train_samples > 0 && a_.train_samples < a_.global_batch_size)  // Megatron: train_samples // global batch iterations
     fail("--train-samples", strprintf("is less than one global batch (%ld samples): no iteration to train", (long)a_.global_batch_size));
@@ -202,12 +203,19 @@ void Rules::check_all(int world) {
 
 }  // namespace
 
-void check_parallel_layout(const TrainArgs& a, int world) {
-  const int64_t tp = a.tensor_model_parallel_size, pp = a.pipeline_model_parallel_size, L = a.num_layers;
+int data_parallel_size(const TrainArgs& a, int world) {
+  const int64_t tp = a.tensor_model_parallel_size, pp = a.pipeline_model_parallel_size;
+  if (tp < 1 || pp < 1)
+    throw Error(ErrorKind::Usage, "--%s-model-parallel-size %ld: must be at least 1", tp < 1 ? "tensor" : "pipeline", (long)(tp < 1 ? tp : pp));
   if (world % (tp * pp) != 0)
     throw Error(ErrorKind::Usage, "%d ranks cannot form --tensor-model-parallel-size %ld x --pipeline-model-parallel-size %ld groups: "
                 "the world size must be a multiple of %ld", world, (long)tp, (long)pp, (long)(tp * pp));
-  const int64_t dp = world / (tp * pp);
+  return static_cast<int>(world / (tp * pp));
+}
+
+void check_parallel_layout(const TrainArgs& a, int world) {
+  const int64_t tp = a.tensor_model_parallel_size, pp = a.pipeline_model_parallel_size, L = a.num_layers;
+  const int64_t dp = data_parallel_size(a, world);
   if (a.num_attention_heads % tp != 0)
     throw Error(ErrorKind::Usage, "--num-attention-heads %ld is not divisible by --tensor-model-parallel-size %ld",
                 (long)a.num_attention_heads, (long)tp);
@@ -238,18 +246,18 @@ TrainConfig make_train_config(const TrainArgs& flags, int world_size) {
   c.origins = Origins(flags.given);
   TrainArgs& a = c.args;
   if (!a.model_config.empty()) merge_model_config(a, c.origins);
+  c.data_parallel = data_parallel_size(a, world_size);
   if (!a.deepspeed_config.empty()) {
     if (!a.deepspeed) {  // Megatron-DeepSpeed's scripts do this; its reader wants ZeRO from the JSON
       a.deepspeed = true;
       c.warnings.push_back("--deepspeed_config " + a.deepspeed_config + " is applied although --deepspeed is missing "
                            "(Megatron-DeepSpeed would ignore the JSON without --deepspeed and train without its ZeRO settings)");
     }
-    const int64_t mp = std::max<int64_t>(1, a.tensor_model_parallel_size * a.pipeline_model_parallel_size);
-    const DeepSpeedSettings ds = apply_deepspeed_config(a, c.origins, a.deepspeed_config, world_size % mp == 0 ? static_cast<int>(world_size / mp) : world_size);
+    const DeepSpeedSettings ds = apply_deepspeed_config(a, c.origins, a.deepspeed_config, c.data_parallel);
     c.offload_chunk = ds.offload_chunk;
     for (const auto& n : ds.notes) c.notes.push_back(n);  // logged under the summary line, which names the file
   }
-  Rules(a, c.origins).check_all(world_size);
+  Rules(a, c.origins).check_all(world_size, c.data_parallel);
   if (a.vocab_file.empty()) {  // GPT-2's own, installed with the tools
     a.vocab_file = resolve_gpt2_files("", a.merge_file, /*need_merges=*/false).vocab_file;
     c.warnings.push_back("no --vocab-file: GPT-2's own vocabulary (" + a.vocab_file + "); give the one your data was tokenized with "
@@ -261,7 +269,6 @@ TrainConfig make_train_config(const TrainArgs& flags, int world_size) {
   }
   c.zero = zero_plan(static_cast<ZeroStage>(a.zero_stage), a.cpu_offload, a.offload_params,
                      a.delayed_param_update ? a.delayed_param_update_warmup : -1);
-  c.data_parallel = static_cast<int>(world_size / (a.tensor_model_parallel_size * a.pipeline_model_parallel_size));
   c.micro_batches = a.global_batch_size / (a.micro_batch_size * c.data_parallel);
   for (const auto& n : a.notes) c.notes.push_back(n);
   if (a.deepspeed)

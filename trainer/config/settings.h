@@ -66,5 +66,9 @@ TrainConfig make_train_config(const TrainArgs& flags, int world_size);
 // make_train_config): a clear error naming the numbers when the world, the
 // layers, the heads, the sequence or the batch do not divide.
 void check_parallel_layout(const TrainArgs& a, int world);
+// The data-parallel size: `world` ranks cut into --tensor-model-parallel-size x
+// --pipeline-model-parallel-size groups. The one place it is derived; a usage
+// error naming the flags when the sizes are not positive or do not divide.
+int data_parallel_size(const TrainArgs& a, int world);
 
 }  // namespace zlm::trainer

@@ -8,7 +8,8 @@ namespace zlm::trainer {
 ProcessGrid::ProcessGrid(Comm& world, int tp, int pp) : world_(world), tp_size_(tp), pp_size_(pp) {
   const int W = world.world();
   if (tp < 1 || pp < 1 || W % (tp * pp) != 0)
-    throw Error(ErrorKind::Usage, "world size %d is not divisible by tensor-parallel size %d x pipeline-parallel size %d", W, tp, pp);
+    throw Error(ErrorKind::Internal, "world size %d is not divisible by tensor-parallel size %d x pipeline-parallel size %d (the settings "
+                "check this first: data_parallel_size)", W, tp, pp);
   dp_size_ = W / (tp * pp);
   const int r = world.rank();
   tp_rank_ = r % tp;

@@ -174,9 +174,7 @@ Placement place(const TrainArgs& a, const DistEnv& env) {
   // its communication_data_type, by default the parameters' dtype.
   const std::string& want = a.grad_reduce_dtype;
   if (!p.half() || want == "fp32" || (want.empty() && p.bf16 && !a.deepspeed)) p.grad_dtype = torch::kFloat;
-  else if (want.empty() || want == (p.fp16 ? "fp16" : "bf16")) p.grad_dtype = p.param_dtype();
-  else throw Error(ErrorKind::Usage, "gradients in %s with %s parameters: zerolm reduces in fp32 or in the parameters' dtype", want.c_str(),
-                   p.fp16 ? "fp16" : "bf16");
+  else p.grad_dtype = p.param_dtype();  // the settings refused any other dtype
   if (env.rank == 0 && p.bf16 && want.empty() && !a.deepspeed) ZLM_LOG_INF("accumulate and all-reduce gradients in fp32 for bfloat16 data type.");
   return p;
 }

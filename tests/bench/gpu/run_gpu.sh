@@ -21,6 +21,9 @@
 # build-gpu (nvcc and CMake are on the GPU machine). LD_LIBRARY_PATH gets the
 # GPU machine's torch and NVIDIA libraries and the carried lib/ (the carried
 # binaries have no RUNPATH).
+# Every part's table has the same columns, so parts compare by their rows: llm.c's
+# (part 7) beside pretrain_gpt's and PyTorch's 124M rows (part 1) is
+#   tail -n +4 out7/gpu_bench.md >> out1/gpu_bench.md
 # MFU: PaLM's 6N + 12 L h T FLOPs per token (N without position embeddings)
 # against the GPU's dense bf16 peak by its name (H100/H200 SXM 989.4, H100
 # PCIe 756; PEAK_TFLOPS overrides).
@@ -61,6 +64,14 @@ PYEOF
 )
 export LD_LIBRARY_PATH="${libs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 
+# The table first: a part whose build fails still leaves one, saying so.
+DEVICE=cuda EXTRA=(--bf16) SEQ=1024 ITERS=30 LOGI=10
+if [[ -n "${DRY:-}" ]]; then DEVICE=cpu EXTRA=() SEQ=64 ITERS=4 LOGI=2; fi
+
+echo "Part $PART. GPU: $GPU; seq $SEQ; MFU = tokens/s * (6N + 12*L*h*T) / ${PEAK}e12" > "$table"
+echo "| model | implementation | tokens/s | MFU | peak memory (GiB) | s/iteration |" >> "$table"
+echo "|---|---|---|---|---|---|" >> "$table"
+
 # ---- the build ----------------------------------------------------------------
 if [[ -z "${BIN:-}" ]]; then
   if [[ -x build-kit/bin/pretrain_gpt ]] && LD_LIBRARY_PATH="$PWD/build-kit/lib:$LD_LIBRARY_PATH" build-kit/bin/pretrain_gpt --help > /dev/null 2>&1; then
@@ -75,17 +86,12 @@ if [[ -z "${BIN:-}" ]]; then
       log "build: trainer-alone into build-gpu (limit $(left 420) s)"
       timeout "$(left 420)" bash -c "cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DZLM_BUILD_DATA_TOOLS=OFF \
         -DZLM_BUILD_TESTS=ON -DZLM_BUILD_TRAINER=ON -DCMAKE_PREFIX_PATH='$PREFIX' && cmake --build build-gpu -j $(nproc)" \
-        > "$OUT/logs/build.log" 2>&1 || { log "build failed (logs/build.log)"; tail -30 "$OUT/logs/build.log"; exit 1; }
+        > "$OUT/logs/build.log" 2>&1 || { log "build failed (logs/build.log)"; tail -30 "$OUT/logs/build.log"
+        echo "| (build) | failed: logs/build.log | | | | |" >> "$table"; exit 1; }
     fi
     BIN=build-gpu/bin
   fi
 fi
-DEVICE=cuda EXTRA=(--bf16) SEQ=1024 ITERS=30 LOGI=10
-if [[ -n "${DRY:-}" ]]; then DEVICE=cpu EXTRA=() SEQ=64 ITERS=4 LOGI=2; fi
-
-echo "Part $PART. GPU: $GPU; seq $SEQ; MFU = tokens/s * (6N + 12*L*h*T) / ${PEAK}e12" > "$table"
-echo "| model | implementation | tokens/s | MFU | peak memory (GiB) | s/iteration |" >> "$table"
-echo "|---|---|---|---|---|---|" >> "$table"
 
 row() {  # row MODEL IMPL JSON-FILE LAYERS HIDDEN
   $PY - "$@" "$SEQ" "$PEAK" >> "$table" <<'PYEOF'
