@@ -17,7 +17,7 @@ APT_PACKAGES=(
   libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev
   libpsl-dev publicsuffix libcld2-dev
   clang libclang-rt-14-dev
-  libgloo-dev libhwy-dev
+  libgloo-dev libhwy-dev time
   openmpi-bin
   slurmd slurmctld slurm-client munge
 )

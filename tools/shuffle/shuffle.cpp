@@ -3,7 +3,9 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <memory>
 #include <vector>
 
@@ -11,6 +13,7 @@
 #include "common/io/line_reader.h"
 #include "common/core/log.h"
 #include "common/core/files.h"
+#include "common/core/mapped_file.h"
 #include "common/core/output_file.h"
 #include "common/core/progress.h"
 
@@ -124,6 +127,155 @@ void run(const ShuffleOptions& opt, const CommonFlags& common, Stats& stats) {
   stats.set("bytes_in", reader.bytes_read());
   stats.set("buckets", static_cast<uint64_t>(1u << bits));
   stats.set("seed", opt.seed);
+  stats.set("elapsed_sec", log_elapsed_sec() - t0);
+}
+
+}  // namespace zlm::shuffle
+
+// ---------------------------------------------------------------- sharded
+
+namespace zlm::shuffle {
+
+namespace {
+
+constexpr char kScatterEnd[8] = {'Z', 'L', 'M', 'S', 'H', 'U', 'F', '1'};
+
+std::string count_path(const ShardedOptions& o, size_t part) { return strprintf("%s/shuffle/counts/%05zu.count", o.work.c_str(), part); }
+std::string scatter_path(const ShardedOptions& o, size_t part, uint32_t bucket) {
+  return strprintf("%s/shuffle/scatter/%05zu.bucket-%05u", o.work.c_str(), part, bucket);
+}
+std::string bucket_path(const ShardedOptions& o, uint32_t bucket) { return strprintf("%s/bucket-%05u.jsonl", o.output_dir.c_str(), bucket); }
+
+uint32_t bucket_bits_of(uint32_t buckets) {
+  uint32_t bits = 0;
+  while ((1u << bits) < buckets) ++bits;
+  return bits;
+}
+
+uint64_t read_count(const std::string& path) {
+  const std::string s = read_file(path);
+  char* end = nullptr;
+  const unsigned long long n = std::strtoull(s.c_str(), &end, 10);
+  if (s.empty() || (*end != '\n' && *end != '\0'))
+    throw Error(ErrorKind::Format, "%s: not a line count ---> HINT: remove it and re-run the count task", path.c_str());
+  return n;
+}
+
+uint64_t count_task(const ShardedOptions& o, size_t part) {
+  LineReader reader(o.parts[part]);
+  std::string_view line;
+  uint64_t n = 0;
+  while (reader.next(line)) ++n;
+  write_file_atomic(count_path(o, part), std::to_string(n) + "\n");
+  return n;
+}
+
+uint64_t scatter_task(const ShardedOptions& o, size_t part) {
+  uint64_t first = 0;  // the part's first line's index in the whole corpus
+  for (size_t p = 0; p < part; ++p) first += read_count(count_path(o, p));
+  const uint64_t expected = read_count(count_path(o, part));
+  const uint32_t bits = bucket_bits_of(o.buckets);
+  std::vector<std::unique_ptr<OutputFile>> out;
+  for (uint32_t b = 0; b < o.buckets; ++b) out.push_back(std::make_unique<OutputFile>(scatter_path(o, part, b), 1 << 16));
+  std::vector<uint64_t> records(o.buckets, 0);
+  LineReader reader(o.parts[part]);
+  std::string_view line;
+  uint64_t n = 0;
+  while (reader.next(line)) {
+    const uint64_t index = first + n++;
+    const uint64_t key = line_key(o.seed, index);
+    const uint32_t b = bits == 0 ? 0 : static_cast<uint32_t>(key >> (64 - bits));
+    const uint64_t header[3] = {key, index, line.size()};
+    out[b]->write(header, sizeof header);
+    out[b]->write(line);
+    ++records[b];
+  }
+  if (n != expected)
+    throw Error(ErrorKind::Usage, "%s has %lu lines, %lu when it was counted ---> HINT: it changed since the count stage: remove %s/shuffle "
+                "and re-run", o.parts[part].c_str(), (unsigned long)n, (unsigned long)expected, o.work.c_str());
+  for (uint32_t b = 0; b < o.buckets; ++b) {
+    out[b]->write(&records[b], 8);
+    out[b]->write(kScatterEnd, 8);
+  }
+  for (auto& f : out) f->finish();  // every bucket complete before any appears
+  for (auto& f : out) f->publish();
+  return n;
+}
+
+uint64_t gather_task(const ShardedOptions& o, uint32_t bucket) {
+  std::vector<Rec> recs;
+  std::string data;
+  for (size_t part = 0; part < o.parts.size(); ++part) {
+    const std::string path = scatter_path(o, part, bucket);
+    const std::string chunk = read_file(path);
+    if (chunk.size() < 16 || std::memcmp(chunk.data() + chunk.size() - 8, kScatterEnd, 8) != 0)
+      throw Error(ErrorKind::Format, "%s: no end marker: the file is truncated ---> HINT: remove it and re-run its scatter task", path.c_str());
+    const uint64_t want = load_unaligned<uint64_t>(reinterpret_cast<const uint8_t*>(chunk.data() + chunk.size() - 16));
+    const size_t base = data.size(), end = chunk.size() - 16;
+    data.append(chunk, 0, end);
+    uint64_t got = 0;
+    for (size_t p = 0; p < end; ++got) {
+      uint64_t header[3];
+      if (end - p < sizeof header) throw Error(ErrorKind::Format, "%s: byte %zu: a record cut short", path.c_str(), p);
+      std::memcpy(header, chunk.data() + p, sizeof header);
+      p += sizeof header;
+      if (header[2] > end - p) throw Error(ErrorKind::Format, "%s: byte %zu: a record longer than the file", path.c_str(), p);
+      recs.push_back({header[0], header[1], base + p, header[2]});
+      p += header[2];
+    }
+    if (got != want) throw Error(ErrorKind::Format, "%s: %lu records, its end marker says %lu", path.c_str(), (unsigned long)got, (unsigned long)want);
+  }
+  OutputFile out(bucket_path(o, bucket));
+  emit_sorted(recs, data, out);
+  out.commit();
+  return recs.size();
+}
+
+}  // namespace
+
+uint64_t sharded_task_count(const ShardedOptions& o) { return o.stage == "gather" ? o.buckets : o.parts.size(); }
+
+void run_sharded(const ShardedOptions& o, const CommonFlags& common, Stats& stats) {
+  const double t0 = log_elapsed_sec();
+  if (o.parts.empty()) throw Error(ErrorKind::Usage, "--parts: no input parts");
+  if (o.work.empty()) throw Error(ErrorKind::Usage, "give --work DIR (the counts and the scattered buckets)");
+  if (o.buckets == 0 || (o.buckets & (o.buckets - 1)) != 0 || o.buckets > 65536)
+    throw Error(ErrorKind::Usage, "--buckets %u: a power of two from 1 to 65536", o.buckets);
+  const std::vector<std::string> stages = o.stage == "all" ? std::vector<std::string>{"count", "scatter", "gather"} : std::vector<std::string>{o.stage};
+  for (const std::string& st : stages)
+    if (st != "count" && st != "scatter" && st != "gather") throw Error(ErrorKind::Usage, "--sharded %s: the stages are count, scatter, gather (or all)", st.c_str());
+  if (o.task >= 0 && stages.size() != 1) throw Error(ErrorKind::Usage, "--task needs one stage, not all");
+  std::vector<NamedPath> inputs;
+  for (const auto& p : o.parts) inputs.push_back({"--parts", p});
+  check_distinct_paths({{"--stats-out", common.stats_out}}, inputs);
+  for (const char* d : {"/shuffle/counts", "/shuffle/scatter"}) std::filesystem::create_directories(o.work + d);
+  uint64_t lines = 0, run_tasks = 0;
+  for (const std::string& st : stages) {
+    ShardedOptions one = o;
+    one.stage = st;
+    if (st == "gather") {
+      if (o.output_dir.empty()) throw Error(ErrorKind::Usage, "the gather stage needs --bucket-dir");
+      std::filesystem::create_directories(o.output_dir);
+    }
+    const uint64_t n = sharded_task_count(one);
+    if (o.task >= static_cast<int64_t>(n)) throw Error(ErrorKind::Usage, "--task %ld: the %s stage has tasks 0..%lu", (long)o.task, st.c_str(), (unsigned long)(n - 1));
+    for (uint64_t t = 0; t < n; ++t) {
+      if (o.task >= 0 && t != static_cast<uint64_t>(o.task)) continue;
+      const std::string done = st == "count" ? count_path(o, t) : st == "scatter" ? scatter_path(o, t, o.buckets - 1) : bucket_path(o, static_cast<uint32_t>(t));
+      if (std::filesystem::exists(done)) {
+        ZLM_LOG_INF("%s %lu: done already (%s)", st.c_str(), (unsigned long)t, done.c_str());
+        continue;
+      }
+      const uint64_t got = st == "count" ? count_task(o, t) : st == "scatter" ? scatter_task(o, t) : gather_task(o, static_cast<uint32_t>(t));
+      ZLM_LOG_INF("%s %lu: %lu lines", st.c_str(), (unsigned long)t, (unsigned long)got);
+      if (st == "gather") lines += got;
+      ++run_tasks;
+    }
+  }
+  stats.set("tasks_run", run_tasks);
+  stats.set("lines_gathered", lines);
+  stats.set("buckets", static_cast<uint64_t>(o.buckets));
+  stats.set("seed", o.seed);
   stats.set("elapsed_sec", log_elapsed_sec() - t0);
 }
 

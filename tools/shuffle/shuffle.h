@@ -27,6 +27,30 @@ struct ShuffleOptions {
 
 void run(const ShuffleOptions& options, const CommonFlags& common, Stats& stats);
 
+// The same permutation as run() over the parts concatenated, in tasks that
+// run anywhere (a Slurm array, or several at once here), for corpora that one
+// machine should not hold: the output is `buckets` files whose concatenation
+// (bucket 0, 1, ...) equals run()'s output on the parts concatenated, for any
+// number of parts and buckets.
+//   count    one task per part: its line count (--work/shuffle/counts/)
+//   scatter  one task per part: each line, keyed by its index in the whole
+//            corpus (the earlier parts' counts), into the bucket its key's top
+//            bits choose (--work/shuffle/scatter/PART.BUCKET)
+//   gather   one task per bucket: every part's records of the bucket, sorted by
+//            (key, index), to --bucket-dir/bucket-NNNNN.jsonl
+// Each task's files are written under temporary names and renamed when
+// complete; a task whose output exists is done (a re-run skips it).
+struct ShardedOptions {
+  std::string stage;               // count, scatter, gather, all
+  std::vector<std::string> parts;  // the input parts, in order
+  std::string work, output_dir;
+  uint64_t seed = 0;
+  uint32_t buckets = 64;           // a power of two
+  int64_t task = -1;               // one task, or -1 for every task of the stage
+};
+uint64_t sharded_task_count(const ShardedOptions& options);
+void run_sharded(const ShardedOptions& options, const CommonFlags& common, Stats& stats);
+
 // The sort key of line i (exposed for tests).
 uint64_t line_key(uint64_t seed, uint64_t i);
 

@@ -111,4 +111,34 @@ MASTER_PORT=$(free_port) timeout 120 salloc -N 1 -n 2 srun $BIN/pretrain_gpt "${
   { tail -20 salloc_z1.log; fail "salloc + srun"; }
 grep -q 'initialized data parallel with size 2' salloc_z1.log
 $PY "$SRC/tests/e2e/zero/compare_runs.py" --rtol 1e-5 --atol 1e-5 ref srun_z2 srun_z3 salloc_z1
+
+# The data pipeline as a Slurm job graph (scripts/cluster_pipeline.sh --slurm): job arrays chained
+# by afterok give the bytes of the local run; a second submission submits nothing; arrays split
+# under --max-array; the jobs cancelled mid-way (scancel) and submitted again complete the same.
+TOK=(--vocab-file $DATA/gpt2-tiny-vocab.json --merge-file $DATA/gpt2-tiny-merges.txt)
+mkdir -p shards
+head -120 $DATA/openwebtext-1000.decoded.jsonl | awk '{sub(/^\{/, "{\"url\": \"o-" NR "\", "); print}' > raw.jsonl
+head -10 $DATA/openwebtext-1000.decoded.jsonl | awk '{sub(/^\{/, "{\"url\": \"c-" NR "\", "); sub(/ the /, " THE "); print}' >> raw.jsonl
+split -n l/3 -d -a 3 --additional-suffix=.jsonl raw.jsonl shards/s-
+export BIN
+PIPE=("$SRC/scripts/cluster_pipeline.sh" --shards shards "${TOK[@]}" --buckets 2 --ranges 2)
+"${PIPE[@]}" --work local --local-tasks 2 > local.log 2>&1 || { cat local.log; fail "cluster_pipeline.sh --local-tasks"; }
+want=$(cat local/gpt2_text_document.bin local/gpt2_text_document.idx | md5sum)
+dataset_of() { cat "$1/gpt2_text_document.bin" "$1/gpt2_text_document.idx" | md5sum; }
+timeout 300 "${PIPE[@]}" --work sl --slurm > sl.log 2>&1 || { cat sl.log; tail -5 sl/.tasks/logs/* 2>/dev/null; fail "cluster_pipeline.sh --slurm"; }
+grep -q 'submitted merge_datasets: job' sl.log || { cat sl.log; fail "no job array was submitted"; }
+[[ $(dataset_of sl) == "$want" ]] || { cat sl.log; fail "the Slurm job graph's dataset differs from the local run's"; }
+timeout 120 "${PIPE[@]}" --work sl --slurm > sl2.log 2>&1 || { cat sl2.log; fail "a second submission"; }
+grep -q 'every task is done already' sl2.log || { cat sl2.log; fail "a second submission submitted jobs"; }
+timeout 300 "${PIPE[@]}" --work split --slurm --max-array 3 > split.log 2>&1 || { cat split.log; fail "--max-array 3"; }
+[[ $(grep -c 'submitted candidates: job' split.log) == 20 ]] || { cat split.log; fail "40 candidates tasks should be 20 arrays of 2"; }
+[[ $(dataset_of split) == "$want" ]] || fail "split arrays: another dataset"
+timeout 60 "${PIPE[@]}" --work cancel --slurm --no-wait > cancel.log 2>&1 || { cat cancel.log; fail "--no-wait"; }
+for _ in $(seq 600); do [[ -n $(ls cancel/.tasks/candidates 2> /dev/null) ]] && break; sleep 0.1; done
+scancel --user="$(id -un)"  # every job of the graph still queued or running (this private cluster runs nothing else)
+for _ in $(seq 100); do [[ -z $(squeue -h) ]] && break; sleep 0.2; done
+[[ -e cancel/gpt2_text_document.idx ]] && fail "cancelled, yet the dataset exists: the cancel tested nothing"
+timeout 300 "${PIPE[@]}" --work cancel --slurm > cancel2.log 2>&1 || { cat cancel2.log; fail "a submission after scancel"; }
+grep -q 'submitted signatures' cancel2.log && fail "the signatures were done before the cancel, yet submitted again"
+[[ $(dataset_of cancel) == "$want" ]] || fail "after scancel and a second submission: another dataset"
 echo "slurm ok"
