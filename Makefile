@@ -4,7 +4,7 @@ BUILD_DIR ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all setup configure build test demo bench clean
+.PHONY: all setup configure build test test-scale demo bench clean
 
 all: build
 
@@ -24,9 +24,13 @@ configure: setup
 build: configure
 	@cmake --build $(BUILD_DIR) -j $(JOBS)
 
-# The whole suite except label `gpu` (tests that need a GPU; see README).
+# The whole suite except labels `gpu` (tests that need a GPU; see README) and `scale` (generated
+# corpora of gigabytes: make test-scale).
 test: build
-	@cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS) -LE gpu
+	@cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS) -LE 'gpu|scale'
+
+test-scale: build
+	@cd $(BUILD_DIR) && ctest --output-on-failure -L scale
 
 demo: build
 	@scripts/demo.sh

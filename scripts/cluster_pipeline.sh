@@ -6,6 +6,7 @@
 #   cleanup          a task per shard                 cleanup SHARD -> cleaned/part-NNNNN.jsonl
 #   signatures       a task per shard                 near_dedup (docs/design.md, "Sharded near-duplicate removal")
 #   candidates       a task per band x hash range
+#   verify           a task per part of the candidate pairs (--verify-tasks)
 #   cluster          one task
 #   filter           a task per shard                 -> deduped/part-NNNNN.jsonl
 #   shuffle_count    a task per shard                 shuffle --sharded
@@ -26,7 +27,7 @@
 # Usage:
 #   scripts/cluster_pipeline.sh --shards DIR_OR_GLOB --work DIR
 #       [--local-tasks N | --slurm [--sbatch "OPTIONS"] [--max-array N] [--no-wait]]
-#       [--retries N] [--threads N] [--ranges R] [--buckets B] [--memory-mb M] [--seed N]
+#       [--retries N] [--threads N] [--ranges R] [--verify-tasks V] [--buckets B] [--memory-mb M] [--seed N]
 #       [--group-threshold T] [--key url] [--output-name NAME] [--vocab-file V --merge-file M]
 # --sbatch passes options to every sbatch (partition, account, time, memory:
 # "--partition=cpu --account=me --time=2:00:00 --mem=8G"). --max-array splits
@@ -36,9 +37,9 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BIN=${BIN:-$ROOT/build/bin}
 SELF=$ROOT/scripts/cluster_pipeline.sh
 ARGS=("$@")
-SHARDS="" WORK="" LOCAL=1 SLURM=0 SBATCH="" MAX_ARRAY="" WAIT=1 RETRIES=2 THREADS=1 RANGES=1 BUCKETS=8 MEMORY=1024 SEED=1234
+SHARDS="" WORK="" LOCAL=1 SLURM=0 SBATCH="" MAX_ARRAY="" WAIT=1 RETRIES=2 THREADS=1 RANGES=1 VERIFY_TASKS=8 BUCKETS=8 MEMORY=1024 SEED=1234
 GROUP_T=0.7 KEY=url NAME=gpt2 VOCAB="" MERGES="" RUN_TASK="" TASK="" TASK_LIST=""
-usage() { sed -n '2,38p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-2}"; }
+usage() { sed -n '2,34p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-2}"; }
 while (($#)); do
   case $1 in
     --shards) SHARDS=$2; shift 2 ;;
@@ -51,6 +52,7 @@ while (($#)); do
     --retries) RETRIES=$2; shift 2 ;;
     --threads) THREADS=$2; shift 2 ;;
     --ranges) RANGES=$2; shift 2 ;;
+    --verify-tasks) VERIFY_TASKS=$2; shift 2 ;;
     --buckets) BUCKETS=$2; shift 2 ;;
     --memory-mb) MEMORY=$2; shift 2 ;;
     --seed) SEED=$2; shift 2 ;;
@@ -73,9 +75,9 @@ WORK=$(mkdir -p "$WORK" && cd "$WORK" && pwd)
 TOKENIZER=()
 [[ -n $VOCAB ]] && TOKENIZER+=(--vocab-file "$VOCAB")
 [[ -n $MERGES ]] && TOKENIZER+=(--merge-file "$MERGES")
-ND=(--work "$WORK/dedup" --key "$KEY" --group-threshold "$GROUP_T" --ranges "$RANGES" --threads "$THREADS" --memory-mb "$MEMORY")
+ND=(--work "$WORK/dedup" --key "$KEY" --group-threshold "$GROUP_T" --ranges "$RANGES" --verify-tasks "$VERIFY_TASKS" --threads "$THREADS" --memory-mb "$MEMORY")
 SH=(--work "$WORK/shuffle-work" --seed "$SEED" --buckets "$BUCKETS")
-STAGES=(cleanup signatures candidates cluster filter shuffle_count shuffle_scatter shuffle_gather preprocess_data merge_datasets)
+STAGES=(cleanup signatures candidates verify cluster filter shuffle_count shuffle_scatter shuffle_gather preprocess_data merge_datasets)
 
 # The shards in order, as the tools expand an argument (a directory's .json/.jsonl/.txt files, plain
 # or compressed, sorted bytewise; else a glob, sorted).
@@ -90,10 +92,12 @@ mapfile -t SHARD_FILES < <(shard_list)
 N=${#SHARD_FILES[@]}
 ((N > 0)) || { echo "cluster_pipeline.sh: --shards '$SHARDS' names no shard" >&2; exit 2; }
 BANDS=$("$BIN/near_dedup" candidates --shards "${SHARD_FILES[0]}" "${ND[@]}" --print-tasks)
+VERIFY=$("$BIN/near_dedup" verify --shards "${SHARD_FILES[0]}" "${ND[@]}" --print-tasks)
 tasks_of() {
   case $1 in
     cleanup|signatures|filter|shuffle_count|shuffle_scatter) echo "$N" ;;
     candidates) echo "$BANDS" ;;
+    verify) echo "$VERIFY" ;;
     cluster|merge_datasets) echo 1 ;;
     shuffle_gather|preprocess_data) echo "$BUCKETS" ;;
   esac
@@ -107,7 +111,7 @@ task_command() {
     cleanup) mkdir -p "$WORK/cleaned" "$WORK/rejected"
              echo "$BIN/cleanup" "${SHARD_FILES[$t]}" "$(part cleaned "$t")" --rejected-out "$(part rejected "$t")" \
                --workers "$THREADS" "${TOKENIZER[@]}" -q ;;
-    signatures|candidates|cluster|filter)
+    signatures|candidates|verify|cluster|filter)
              echo "$BIN/near_dedup" "$stage" --shards "$WORK/cleaned" "${ND[@]}" --output-dir "$WORK/deduped" \
                --removed-dir "$WORK/dedup-removed" --task "$t" -q ;;
     shuffle_count|shuffle_scatter|shuffle_gather)

@@ -27,7 +27,7 @@ cat "$work"/c/shards/*.jsonl > "$work/all.jsonl"
 ours() {  # ours WORK: prints "wall cpu peak_kb"
   local w=$1 stage n t0 t1
   t0=$(date +%s.%N)
-  for stage in signatures candidates cluster filter; do
+  for stage in signatures candidates verify cluster filter; do
     n=$("$BIN/near_dedup" $stage --shards "$work/c/shards" --work "$w" --print-tasks)
     seq 0 $((n - 1)) | xargs -P 2 -I{} /usr/bin/time -a -o "$w.time" -f "%U %S %M" \
       "$BIN/near_dedup" $stage --shards "$work/c/shards" --work "$w" --output-dir "$w.kept" --task {} -q || fail "near_dedup $stage"

@@ -15,9 +15,9 @@ int main(int argc, char** argv) {
   std::string stage;
   bool print_tasks = false;
   CLI::App app{"Near-duplicate removal in stages that scale past one machine: signatures (a task per shard), candidates (a task per "
-               "band x hash range, verified by exact Jaccard), cluster (one task), filter (a task per shard). The documents kept equal "
-               "find_duplicates + group_dups + dedup on the shards concatenated."};
-  app.add_option("stage", stage, "signatures, candidates, cluster, filter, or all (every stage here, in order)")->required();
+               "band x hash range), verify (exact Jaccard, a task per part of the pairs), cluster (one task), filter (a task per shard). The "
+               "documents kept equal find_duplicates + group_dups + dedup on the shards concatenated."};
+  app.add_option("stage", stage, "signatures, candidates, verify, cluster, filter, or all (every stage here, in order)")->required();
   app.add_option("--shards", opt.shards, "The corpus's shards in order: JSONL files (plain, .gz, .xz, .zst), directories or globs")
       ->expected(1, -1)->required();
   app.add_option("--work", opt.work, "Directory of the stages' files and task markers (a shared file system on a cluster)")->required();
@@ -43,11 +43,12 @@ int main(int argc, char** argv) {
   app.add_option("--group-threshold", s.group_threshold, "Documents at or above this similarity are grouped (group_dups' threshold)")
       ->capture_default_str()->check(zlm::finite_range(0.0, 1.0));
   app.add_option("--ranges", s.ranges, "Hash ranges per band (candidates tasks = bands x ranges)")->capture_default_str()->check(CLI::Range(1, 65536));
+  app.add_option("--verify-tasks", s.verify_tasks, "Parts of the candidate pairs, one verify task each")->capture_default_str()->check(CLI::Range(1, 65536));
   app.add_option("--max-bad-records", opt.max_bad_records, "Fail when a task meets more than N malformed lines")->type_name("N");
   zlm::add_common_flags(app, common);
   return zlm::tool_main("near_dedup", app, common, argc, argv, [&] {
     std::vector<nd::Stage> stages;
-    if (stage == "all") stages = {nd::Stage::Signatures, nd::Stage::Candidates, nd::Stage::Cluster, nd::Stage::Filter};
+    if (stage == "all") stages = {nd::Stage::Signatures, nd::Stage::Candidates, nd::Stage::Verify, nd::Stage::Cluster, nd::Stage::Filter};
     else stages = {nd::parse_stage(stage)};
     if (print_tasks) {
       if (stages.size() != 1) throw zlm::Error(zlm::ErrorKind::Usage, "--print-tasks needs one stage");

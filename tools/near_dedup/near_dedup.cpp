@@ -8,6 +8,7 @@
 #include <atomic>
 #include <exception>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -47,9 +48,10 @@ static_assert(sizeof(DocRecord) == 40);
 
 struct PairRecord {
   uint64_t main, other;  // positions
-  double similarity;
+  double similarity;     // kUnverified in a candidates file: the verify stage computes it
 };
 static_assert(sizeof(PairRecord) == 24);
+constexpr double kUnverified = -1.0;
 
 uint32_t rows_per_band(const Settings& s) { return s.num_seeds / s.num_bands; }
 uint32_t band_record_bytes(const Settings& s) { return 16 + 4 * rows_per_band(s); }
@@ -65,9 +67,9 @@ JaccardMode parse_mode(const std::string& s) {
 
 // Everything that makes the stages' files: recorded in each file's header and marker.
 std::string settings_line(const Settings& s, const std::vector<std::string>& shards) {
-  std::string line = strprintf("bands=%u seeds=%u ngram=%u seed=%lu jaccard=%s>%.17g iter=%d group>=%.17g key=%s text=%s ranges=%u shards=%zu",
+  std::string line = strprintf("bands=%u seeds=%u ngram=%u seed=%lu jaccard=%s>%.17g iter=%d group>=%.17g key=%s text=%s ranges=%u verify=%u shards=%zu",
                                s.num_bands, s.num_seeds, s.char_ngram, (unsigned long)s.seed, s.jaccard.c_str(), s.jaccard_threshold,
-                               s.heuristic_iter, s.group_threshold, s.key.c_str(), s.text_key.c_str(), s.ranges, shards.size());
+                               s.heuristic_iter, s.group_threshold, s.key.c_str(), s.text_key.c_str(), s.ranges, s.verify_tasks, shards.size());
   return line;
 }
 
@@ -86,6 +88,7 @@ struct Run {
       throw Error(ErrorKind::Usage, "--num-seeds (%u) must be a multiple of --num-bands (%u)", s.num_seeds, s.num_bands);
     if (s.heuristic_iter == 0 || s.heuristic_iter < -1) throw Error(ErrorKind::Usage, "--heuristic-iter must be >= 1 or -1");
     if (s.ranges == 0) throw Error(ErrorKind::Usage, "--ranges must be at least 1");
+    if (s.verify_tasks == 0) throw Error(ErrorKind::Usage, "--verify-tasks must be at least 1");
     if (o.work.empty()) throw Error(ErrorKind::Usage, "give --work DIR (the stages' files)");
     if (shards.size() >= (size_t{1} << (64 - kShardBits))) throw Error(ErrorKind::Usage, "more than 2^24 shards");
     settings_text = settings_line(s, shards);
@@ -102,7 +105,8 @@ struct Run {
   }
   std::string sig_path(uint32_t s, const std::string& suffix) const { return strprintf("%s/signatures/%05u.%s", opt.work.c_str(), s, suffix.c_str()); }
   std::string band_path(uint32_t s, uint32_t b) const { return sig_path(s, strprintf("band-%03u", b)); }
-  std::string pairs_path(uint32_t b, uint32_t r) const { return strprintf("%s/pairs/%03u-%04u.pairs", opt.work.c_str(), b, r); }
+  std::string candidates_path(uint32_t b, uint32_t r) const { return strprintf("%s/candidates/%03u-%04u.cand", opt.work.c_str(), b, r); }
+  std::string pairs_path(uint32_t v) const { return strprintf("%s/pairs/%04u.pairs", opt.work.c_str(), v); }
   std::string removals_path(uint32_t s) const { return strprintf("%s/removals/%05u.removals", opt.work.c_str(), s); }
   std::string part_name(uint32_t s) const { return strprintf("part-%05u.jsonl", s); }
 
@@ -159,104 +163,129 @@ struct SignatureCounts {
   uint64_t docs = 0, bad = 0, bytes = 0, spills = 0;
 };
 
-SignatureCounts signatures_task(const Run& run, uint32_t s) {
-  const Settings& st = run.opt.settings;
-  const uint32_t rows = rows_per_band(st), rb = band_record_bytes(st);
-  const uint64_t subject = run.shard_subject(s);
-  fs::create_directories(run.opt.work + "/signatures");
-  StageFileWriter docs(run.sig_path(s, "docs"), StageFileKind::Docs, sizeof(DocRecord), run.settings, subject);
-  StageFileWriter texts(run.sig_path(s, "texts"), StageFileKind::Texts, 1, run.settings, subject);
-  std::vector<BandBuffer> bands(st.num_bands);
-  const uint64_t budget = std::max<uint64_t>(static_cast<uint64_t>(run.opt.memory_mb * 1048576.0), 4096);
-  uint64_t buffered = 0;
+// One shard's signature files: the document table and text store as documents
+// come, the band records in memory up to --memory-mb, then spilled as sorted
+// runs that finish() merges into each band's run.
+class ShardSignatureWriter {
+ public:
+  ShardSignatureWriter(const Run& run, uint32_t s)
+      : run_(run), s_(s), st_(run.opt.settings), rows_(rows_per_band(st_)), rb_(band_record_bytes(st_)), subject_(run.shard_subject(s)),
+        docs_(run.sig_path(s, "docs"), StageFileKind::Docs, sizeof(DocRecord), run.settings, subject_),
+        texts_(run.sig_path(s, "texts"), StageFileKind::Texts, 1, run.settings, subject_), bands_(st_.num_bands),
+        budget_(std::max<uint64_t>(static_cast<uint64_t>(run.opt.memory_mb * 1048576.0), 4096)), record_(rb_) {}
+
+  void add(const FpDoc& d) {
+    if (counts.docs >= kMaxShardDocs) throw Error(ErrorKind::Usage, "%s: more than 2^40 documents in one shard: split it", run_.shards[s_].c_str());
+    const uint64_t pos = (uint64_t{s_} << kShardBits) | counts.docs++;
+    const XXH128_hash_t id = XXH3_128bits(d.id.data(), d.id.size());
+    const DocRecord rec{id.low64, id.high64, counts.bytes, d.text.size(), d.line};
+    docs_.add(&rec);
+    texts_.add_bytes(d.text.data(), d.text.size());
+    counts.bytes += d.text.size();
+    for (uint32_t b = 0; b < st_.num_bands; ++b) {
+      const uint32_t* band_rows = d.sig.data() + static_cast<size_t>(b) * rows_;
+      const uint64_t h = XXH3_64bits_withSeed(band_rows, rows_ * sizeof(uint32_t), b);  // find_duplicates' band hash
+      std::memcpy(record_.data(), &h, 8);
+      std::memcpy(record_.data() + 8, &pos, 8);
+      std::memcpy(record_.data() + 16, band_rows, 4 * rows_);
+      bands_[b].bytes.insert(bands_[b].bytes.end(), record_.begin(), record_.end());
+    }
+    buffered_ += uint64_t{rb_} * st_.num_bands;
+    if (buffered_ >= budget_) spill();
+  }
+
+  void finish() {
+    if (counts.spills > 0) spill();
+    for (uint32_t b = 0; b < st_.num_bands; ++b) {
+      StageFileWriter out(run_.band_path(s_, b), StageFileKind::BandRun, rb_, run_.settings, subject_);
+      if (counts.spills == 0) {
+        bands_[b].sort_into(out, rb_);
+        bands_[b].bytes = {};
+      } else {
+        std::vector<std::unique_ptr<StageFileReader>> runs;
+        for (uint64_t k = 0; k < counts.spills; ++k)
+          runs.push_back(std::make_unique<StageFileReader>(spill_files_[k * st_.num_bands + b], StageFileKind::BandRun, rb_, run_.settings,
+                                                           subject_, true));
+        merge_runs(runs, out);
+      }
+      out.commit();
+    }
+    for (const auto& f : spill_files_) fs::remove(f);
+    docs_.commit();
+    texts_.commit();
+  }
+
   SignatureCounts counts;
-  std::vector<std::string> spill_files;
-  auto spill = [&] {
-    for (uint32_t b = 0; b < st.num_bands; ++b) {
-      const std::string path = strprintf("%s.spill-%03lu", run.band_path(s, b).c_str(), (unsigned long)counts.spills);
-      StageFileWriter w(path, StageFileKind::BandRun, rb, run.settings, subject);
-      bands[b].sort_into(w, rb);
+
+ private:
+  void spill() {
+    for (uint32_t b = 0; b < st_.num_bands; ++b) {
+      const std::string path = strprintf("%s.spill-%03lu", run_.band_path(s_, b).c_str(), (unsigned long)counts.spills);
+      StageFileWriter w(path, StageFileKind::BandRun, rb_, run_.settings, subject_);
+      bands_[b].sort_into(w, rb_);
       w.commit();
-      spill_files.push_back(path);
-      bands[b].bytes.clear();
-      bands[b].bytes.shrink_to_fit();
+      spill_files_.push_back(path);
+      bands_[b].bytes = {};
     }
     ++counts.spills;
-    buffered = 0;
-  };
+    buffered_ = 0;
+  }
 
+  const Run& run_;
+  const uint32_t s_;
+  const Settings& st_;
+  const uint32_t rows_, rb_;
+  const uint64_t subject_;
+  StageFileWriter docs_, texts_;
+  std::vector<BandBuffer> bands_;
+  const uint64_t budget_;
+  uint64_t buffered_ = 0;
+  std::vector<uint8_t> record_;
+  std::vector<std::string> spill_files_;
+};
+
+// A batch of lines to their documents' signatures (the pipeline's parallel stage).
+void fingerprint_batch(const Run& run, uint32_t s, const MinHasher& hasher, const LineBatch& b, FpBatch& r) {
+  thread_local JsonFieldExtractor extractor;
+  thread_local std::vector<std::string> values;
+  thread_local std::vector<uint64_t> scratch;
+  const std::vector<std::string> keys{run.opt.settings.text_key, run.opt.settings.key};
+  std::string detail;
+  r.docs.clear();
+  r.bad.clear();
+  for (const LineRef& ref : b.lines) {
+    const RecordStatus status = extractor.extract(b.line(ref), b.capacity_after(ref), keys, values, &detail);
+    if (status != RecordStatus::Ok) {
+      r.bad.emplace_back(run.shards[s] + ":" + std::to_string(ref.line_number), std::string(record_status_name(status)) + ": " + detail);
+      continue;
+    }
+    FpDoc& d = r.docs.emplace_back();
+    d.line = ref.line_number;
+    d.sig.resize(hasher.num_seeds());
+    hasher.signature(values[0], d.sig.data(), &scratch);
+    d.text = std::move(values[0]);
+    d.id = std::move(values[1]);
+  }
+}
+
+SignatureCounts signatures_task(const Run& run, uint32_t s) {
+  fs::create_directories(run.opt.work + "/signatures");
+  ShardSignatureWriter out(run, s);
   const MinHasher hasher(run.params);
   JsonlBatchReader reader({run.shards[s]});
   BadRecords bad(run.opt.max_bad_records);
-  const std::vector<std::string> keys{st.text_key, st.key};
   ThreadArena arena(run.opt.threads);
-  std::vector<uint8_t> record(rb);
   run_ordered_pipeline<LineBatch, FpBatch>(
       arena, pipeline_in_flight(arena.threads()), [&](LineBatch& b) { return reader.next_batch(b); },
-      [&](LineBatch& b, FpBatch& r) {
-        thread_local JsonFieldExtractor extractor;
-        thread_local std::vector<std::string> values;
-        thread_local std::vector<uint64_t> scratch;
-        std::string detail;
-        r.docs.clear();
-        r.bad.clear();
-        for (const LineRef& ref : b.lines) {
-          const RecordStatus status = extractor.extract(b.line(ref), b.capacity_after(ref), keys, values, &detail);
-          if (status != RecordStatus::Ok) {
-            r.bad.emplace_back(run.shards[s] + ":" + std::to_string(ref.line_number), std::string(record_status_name(status)) + ": " + detail);
-            continue;
-          }
-          FpDoc& d = r.docs.emplace_back();
-          d.line = ref.line_number;
-          d.sig.resize(st.num_seeds);
-          hasher.signature(values[0], d.sig.data(), &scratch);
-          d.text = std::move(values[0]);
-          d.id = std::move(values[1]);
-        }
-      },
+      [&](LineBatch& b, FpBatch& r) { fingerprint_batch(run, s, hasher, b, r); },
       [&](FpBatch& r) {
         for (const auto& [where, what] : r.bad) bad.add(where, what);
-        counts.bad += r.bad.size();
-        for (const FpDoc& d : r.docs) {
-          if (counts.docs >= kMaxShardDocs) throw Error(ErrorKind::Usage, "%s: more than 2^40 documents in one shard: split it", run.shards[s].c_str());
-          const uint64_t pos = (uint64_t{s} << kShardBits) | counts.docs++;
-          const XXH128_hash_t id = XXH3_128bits(d.id.data(), d.id.size());
-          const DocRecord rec{id.low64, id.high64, counts.bytes, d.text.size(), d.line};
-          docs.add(&rec);
-          texts.add_bytes(d.text.data(), d.text.size());
-          counts.bytes += d.text.size();
-          for (uint32_t b = 0; b < st.num_bands; ++b) {
-            const uint32_t* band_rows = d.sig.data() + static_cast<size_t>(b) * rows;
-            const uint64_t h = XXH3_64bits_withSeed(band_rows, rows * sizeof(uint32_t), b);  // find_duplicates' band hash
-            std::memcpy(record.data(), &h, 8);
-            std::memcpy(record.data() + 8, &pos, 8);
-            std::memcpy(record.data() + 16, band_rows, 4 * rows);
-            bands[b].bytes.insert(bands[b].bytes.end(), record.begin(), record.end());
-          }
-          buffered += uint64_t{rb} * st.num_bands;
-          if (buffered >= budget) spill();
-        }
+        out.counts.bad += r.bad.size();
+        for (const FpDoc& d : r.docs) out.add(d);
       });
-  bad.fail_if_all_bad(counts.docs + counts.bad, run.shards[s]);
-  if (counts.spills > 0) spill();
-  for (uint32_t b = 0; b < st.num_bands; ++b) {
-    StageFileWriter out(run.band_path(s, b), StageFileKind::BandRun, rb, run.settings, subject);
-    if (counts.spills == 0) {
-      bands[b].sort_into(out, rb);
-      bands[b].bytes = {};
-    } else {
-      std::vector<std::unique_ptr<StageFileReader>> runs;
-      for (uint64_t k = 0; k < counts.spills; ++k)
-        runs.push_back(std::make_unique<StageFileReader>(spill_files[k * st.num_bands + b], StageFileKind::BandRun, rb, run.settings,
-                                                         subject, true));
-      merge_runs(runs, out);
-    }
-    out.commit();
-  }
-  for (const auto& f : spill_files) fs::remove(f);
-  docs.commit();
-  texts.commit();
-  return counts;
+  bad.fail_if_all_bad(out.counts.docs + out.counts.bad, run.shards[s]);
+  out.finish();
+  return out.counts;
 }
 
 // ---------------------------------------------------------------- candidates
@@ -332,87 +361,189 @@ struct Bucket {
 };
 
 struct CandidateCounts {
-  uint64_t records = 0, buckets = 0, compared = 0, similar = 0;
+  uint64_t records = 0, buckets = 0, candidates = 0, compared = 0, similar = 0;
+};
+
+// Every shard's run of one band over a hash range, merged in (hash, position)
+// order: the global order, as positions order shards, then documents.
+class BandMerge {
+ public:
+  BandMerge(const Run& run, uint32_t band, uint32_t r) {
+    const uint32_t rb = band_record_bytes(run.opt.settings);
+    for (uint32_t s = 0; s < run.shards.size(); ++s)  // range 0's task verifies the runs' checksums: each file once
+      runs_.push_back(std::make_unique<StageFileReader>(run.band_path(s, band), StageFileKind::BandRun, rb, run.settings, run.shard_subject(s), r == 0));
+    const auto [lo, hi] = hash_range(runs_, r, run.opt.settings.ranges);
+    at_.resize(runs_.size());
+    end_.resize(runs_.size());
+    for (size_t s = 0; s < runs_.size(); ++s) {
+      at_[s] = lower_bound_hash(*runs_[s], lo);
+      end_[s] = hi ? lower_bound_hash(*runs_[s], *hi) : runs_[s]->count();
+      push(s);
+    }
+  }
+  // The next record (hash, position, the record's bytes); false at the end.
+  bool next(uint64_t* hash, uint64_t* pos, const uint8_t** record) {
+    if (heap_.empty()) return false;
+    const size_t s = std::get<2>(heap_.top());
+    *hash = std::get<0>(heap_.top());
+    *pos = std::get<1>(heap_.top());
+    heap_.pop();
+    *record = runs_[s]->record(at_[s]++);
+    push(s);
+    return true;
+  }
+
+ private:
+  void push(size_t s) {
+    if (at_[s] < end_[s]) heap_.emplace(runs_[s]->get<uint64_t>(at_[s]), load_unaligned<uint64_t>(runs_[s]->record(at_[s]) + 8), s);
+  }
+  using Head = std::tuple<uint64_t, uint64_t, size_t>;
+  std::vector<std::unique_ptr<StageFileReader>> runs_;
+  std::vector<uint64_t> at_, end_;
+  std::priority_queue<Head, std::vector<Head>, std::greater<>> heap_;
+};
+
+// Buckets verified in batches on --threads threads, their similar pairs written in bucket order.
+class BucketVerifier {
+ public:
+  BucketVerifier(const Run& run, TextSource& texts, StageFileWriter& out, CandidateCounts& counts)
+      : run_(run), texts_(texts), out_(out), counts_(counts), arena_(run.opt.threads) {}
+  void add(Bucket b) {
+    ++counts_.buckets;
+    if (run_.opt.settings.heuristic_iter == 1) {  // one round: the first document with each other one, verified by the verify stage
+      for (size_t k = 1; k < b.positions.size(); ++k) {
+        const PairRecord p{b.positions[0], b.positions[k], kUnverified};
+        out_.add(&p);
+      }
+      counts_.candidates += b.positions.size() - 1;
+      return;
+    }
+    batch_.push_back(std::move(b));
+    if (batch_.size() >= 4096) flush();
+  }
+  void flush() {
+    std::vector<std::vector<PairRecord>> found(batch_.size());
+    std::vector<uint64_t> compared(batch_.size(), 0);
+    arena_.execute([&] { tbb::parallel_for(size_t{0}, batch_.size(), [&](size_t i) { verify(batch_[i].positions, found[i], compared[i]); }); });
+    for (size_t i = 0; i < batch_.size(); ++i) {
+      for (const PairRecord& p : found[i]) out_.add(&p);
+      counts_.similar += found[i].size();
+      counts_.compared += compared[i];
+    }
+    batch_.clear();
+  }
+
+ private:
+  void verify(const std::vector<uint64_t>& pos, std::vector<PairRecord>& found, uint64_t& compared) {
+    std::vector<std::optional<std::vector<uint64_t>>> sets(pos.size());
+    auto shingles_of = [&](uint32_t k) -> const std::vector<uint64_t>& {
+      if (!sets[k]) sets[k] = shingle_set(texts_.text(pos[k]), run_.opt.settings.char_ngram);
+      return *sets[k];
+    };
+    std::vector<uint32_t> members(pos.size());
+    for (uint32_t k = 0; k < members.size(); ++k) members[k] = k;
+    verify_bucket(members, run_.rule, shingles_of, {}, [&](uint32_t m, uint32_t o, double sim, bool) { found.push_back({pos[m], pos[o], sim}); },
+                  [&](uint32_t, uint32_t, double) { ++compared; });
+  }
+  const Run& run_;
+  TextSource& texts_;
+  StageFileWriter& out_;
+  CandidateCounts& counts_;
+  ThreadArena arena_;
+  std::vector<Bucket> batch_;
 };
 
 CandidateCounts candidates_task(const Run& run, uint32_t band, uint32_t r, TextSource& texts) {
-  const Settings& st = run.opt.settings;
-  const uint32_t rows = rows_per_band(st), rb = band_record_bytes(st);
-  std::vector<std::unique_ptr<StageFileReader>> runs;
-  for (uint32_t s = 0; s < run.shards.size(); ++s)  // range 0's task verifies the runs' checksums: each file once
-    runs.push_back(std::make_unique<StageFileReader>(run.band_path(s, band), StageFileKind::BandRun, rb, run.settings, run.shard_subject(s), r == 0));
-  const auto [lo, hi] = hash_range(runs, r, st.ranges);
-  std::vector<uint64_t> at(runs.size()), end(runs.size());
-  for (size_t s = 0; s < runs.size(); ++s) {
-    at[s] = lower_bound_hash(*runs[s], lo);
-    end[s] = hi ? lower_bound_hash(*runs[s], *hi) : runs[s]->count();
-  }
-  using Head = std::tuple<uint64_t, uint64_t, size_t>;  // (hash, position, shard): the shards' runs merged in global order
-  std::priority_queue<Head, std::vector<Head>, std::greater<>> heap;
-  auto push = [&](size_t s) {
-    if (at[s] < end[s]) heap.emplace(runs[s]->get<uint64_t>(at[s]), load_unaligned<uint64_t>(runs[s]->record(at[s]) + 8), s);
-  };
-  for (size_t s = 0; s < runs.size(); ++s) push(s);
-
-  fs::create_directories(run.opt.work + "/pairs");
-  StageFileWriter out(run.pairs_path(band, r), StageFileKind::Pairs, sizeof(PairRecord), run.settings, band * uint64_t{st.ranges} + r);
+  const uint32_t rows = rows_per_band(run.opt.settings);
+  BandMerge merge(run, band, r);
+  fs::create_directories(run.opt.work + "/candidates");
+  StageFileWriter out(run.candidates_path(band, r), StageFileKind::Candidates, sizeof(PairRecord), run.settings,
+                      band * uint64_t{run.opt.settings.ranges} + r);
   CandidateCounts counts;
-  std::vector<Bucket> batch;
-  ThreadArena arena(run.opt.threads);
-  auto verify_batch = [&] {
-    std::vector<std::vector<PairRecord>> found(batch.size());
-    std::vector<uint64_t> compared(batch.size(), 0);
-    arena.execute([&] {
-      tbb::parallel_for(size_t{0}, batch.size(), [&](size_t i) {
-        const auto& pos = batch[i].positions;
-        std::vector<std::optional<std::vector<uint64_t>>> sets(pos.size());
-        auto shingles_of = [&](uint32_t k) -> const std::vector<uint64_t>& {
-          if (!sets[k]) sets[k] = shingle_set(texts.text(pos[k]), st.char_ngram);
-          return *sets[k];
-        };
-        std::vector<uint32_t> members(pos.size());
-        for (uint32_t k = 0; k < members.size(); ++k) members[k] = k;
-        verify_bucket(members, run.rule, shingles_of, {},
-                      [&](uint32_t m, uint32_t o, double sim, bool) { found[i].push_back({pos[m], pos[o], sim}); },
-                      [&](uint32_t, uint32_t, double) { ++compared[i]; });
-      });
-    });
-    for (size_t i = 0; i < batch.size(); ++i) {
-      for (const PairRecord& p : found[i]) out.add(&p);
-      counts.similar += found[i].size();
-      counts.compared += compared[i];
-    }
-    batch.clear();
-  };
+  BucketVerifier verifier(run, texts, out, counts);
   // Equal band hashes: a bucket of the documents whose rows equal those of the
   // first one (a 64-bit collision cannot merge two buckets; as find_duplicates).
   std::vector<std::pair<uint64_t, const uint8_t*>> group;
   auto close_group = [&] {
-    if (group.size() >= 2) {
-      Bucket b;
-      for (const auto& [p, rec] : group)
-        if (std::memcmp(rec + 16, group[0].second + 16, 4 * rows) == 0) b.positions.push_back(p);
-      if (b.positions.size() >= 2) {
-        ++counts.buckets;
-        batch.push_back(std::move(b));
-        if (batch.size() >= 4096) verify_batch();
-      }
-    }
+    Bucket b;
+    for (const auto& [p, rec] : group)
+      if (std::memcmp(rec + 16, group[0].second + 16, 4 * rows) == 0) b.positions.push_back(p);
+    if (b.positions.size() >= 2) verifier.add(std::move(b));
     group.clear();
   };
-  uint64_t current = 0;
-  while (!heap.empty()) {
-    const auto [h, p, s] = heap.top();
-    heap.pop();
+  uint64_t h = 0, p = 0, current = 0;
+  const uint8_t* rec = nullptr;
+  while (merge.next(&h, &p, &rec)) {
     if (!group.empty() && h != current) close_group();
     current = h;
-    group.emplace_back(p, runs[s]->record(at[s]));
+    group.emplace_back(p, rec);
     ++counts.records;
-    ++at[s];
-    push(s);
   }
-  close_group();
-  verify_batch();
+  if (!group.empty()) close_group();
+  verifier.flush();
+  out.commit();
+  return counts;
+}
+
+// ---------------------------------------------------------------- verify
+
+struct VerifyCounts {
+  uint64_t candidates = 0, distinct = 0, compared = 0, similar = 0;
+};
+
+uint32_t verify_part(const PairRecord& p, uint32_t parts) {
+  const uint64_t key[2] = {p.main, p.other};
+  return static_cast<uint32_t>(XXH3_64bits(key, sizeof key) % parts);
+}
+
+// Part v of every candidates file's pairs: each distinct pair once (sorted by
+// main, then other), its Jaccard computed unless a candidates task verified it
+// (--heuristic-iter other than 1); the similar pairs out.
+VerifyCounts verify_task(const Run& run, uint32_t v, TextSource& texts) {
+  const Settings& st = run.opt.settings;
+  VerifyCounts counts;
+  std::vector<PairRecord> pairs;
+  for (uint32_t b = 0; b < st.num_bands; ++b)
+    for (uint32_t r = 0; r < st.ranges; ++r) {
+      StageFileReader in(run.candidates_path(b, r), StageFileKind::Candidates, sizeof(PairRecord), run.settings, b * uint64_t{st.ranges} + r,
+                         v == 0);  // part 0's task verifies the checksums: each file once
+      for (uint64_t i = 0; i < in.count(); ++i) {
+        const PairRecord p = in.get<PairRecord>(i);
+        if (verify_part(p, st.verify_tasks) == v) pairs.push_back(p);
+      }
+    }
+  counts.candidates = pairs.size();
+  std::sort(pairs.begin(), pairs.end(), [](const PairRecord& a, const PairRecord& b) { return a.main != b.main ? a.main < b.main : a.other < b.other; });
+  pairs.erase(std::unique(pairs.begin(), pairs.end(), [](const PairRecord& a, const PairRecord& b) { return a.main == b.main && a.other == b.other; }),
+              pairs.end());
+  counts.distinct = pairs.size();
+  // Runs of one main document, in parallel: its shingle set computed once per run.
+  std::vector<size_t> runs{0};
+  for (size_t i = 1; i < pairs.size(); ++i)
+    if (pairs[i].main != pairs[i - 1].main) runs.push_back(i);
+  runs.push_back(pairs.size());
+  std::atomic<uint64_t> compared{0};
+  ThreadArena arena(run.opt.threads);
+  arena.execute([&] {
+    tbb::parallel_for(size_t{0}, runs.size() - 1, [&](size_t k) {
+      std::optional<std::vector<uint64_t>> main_set;
+      for (size_t i = runs[k]; i < runs[k + 1]; ++i) {
+        PairRecord& p = pairs[i];
+        if (p.similarity != kUnverified) continue;
+        if (!main_set) main_set = shingle_set(texts.text(p.main), st.char_ngram);
+        p.similarity = jaccard(*main_set, shingle_set(texts.text(p.other), st.char_ngram), run.rule.mode);
+        ++compared;
+      }
+    });
+  });
+  counts.compared = compared;
+  fs::create_directories(run.opt.work + "/pairs");
+  StageFileWriter out(run.pairs_path(v), StageFileKind::Pairs, sizeof(PairRecord), run.settings, v);
+  for (const PairRecord& p : pairs)
+    if (p.similarity > st.jaccard_threshold) {
+      out.add(&p);
+      ++counts.similar;
+    }
   out.commit();
   return counts;
 }
@@ -447,18 +578,17 @@ ClusterCounts cluster_task(const Run& run) {
     return it->second;
   };
   ClusterCounts counts;
-  for (uint32_t b = 0; b < st.num_bands; ++b)
-    for (uint32_t r = 0; r < st.ranges; ++r) {
-      StageFileReader pairs(run.pairs_path(b, r), StageFileKind::Pairs, sizeof(PairRecord), run.settings, b * uint64_t{st.ranges} + r, true);
-      for (uint64_t i = 0; i < pairs.count(); ++i) {
-        const PairRecord p = pairs.get<PairRecord>(i);
-        ++counts.pairs;
-        if (!(p.similarity >= st.group_threshold)) continue;
-        ++counts.linked;
-        const uint32_t a = node(id_of(p.main)), c = node(id_of(p.other));
-        uf.unite(a, c);
-      }
+  for (uint32_t v = 0; v < st.verify_tasks; ++v) {
+    StageFileReader pairs(run.pairs_path(v), StageFileKind::Pairs, sizeof(PairRecord), run.settings, v, true);
+    for (uint64_t i = 0; i < pairs.count(); ++i) {
+      const PairRecord p = pairs.get<PairRecord>(i);
+      ++counts.pairs;
+      if (!(p.similarity >= st.group_threshold)) continue;
+      ++counts.linked;
+      const uint32_t a = node(id_of(p.main)), c = node(id_of(p.other));
+      uf.unite(a, c);
     }
+  }
   std::vector<uint32_t> members(index.size(), 0);
   for (uint32_t i = 0; i < index.size(); ++i) ++members[uf.find(i)];
   for (uint32_t i = 0; i < index.size(); ++i)
@@ -554,6 +684,7 @@ std::string task_name(Stage stage, const Run& run, uint64_t t) {
     case Stage::Signatures: return strprintf("signatures-%05lu", (unsigned long)t);
     case Stage::Candidates:
       return strprintf("candidates-%03lu-%04lu", (unsigned long)(t / run.opt.settings.ranges), (unsigned long)(t % run.opt.settings.ranges));
+    case Stage::Verify: return strprintf("verify-%04lu", (unsigned long)t);
     case Stage::Cluster: return "cluster";
     case Stage::Filter: return strprintf("filter-%05lu", (unsigned long)t);
   }
@@ -571,20 +702,88 @@ bool task_done(const Run& run, const std::string& name) {
   return true;
 }
 
+// What a task counted (summed over the stage's tasks into the stats) and its log line.
+struct TaskReport {
+  std::vector<std::pair<std::string, uint64_t>> counts;
+  std::string summary;
+};
+
+TaskReport run_task(Stage stage, const Run& run, uint64_t t, TextSource* texts) {
+  switch (stage) {
+    case Stage::Signatures: {
+      const SignatureCounts c = signatures_task(run, static_cast<uint32_t>(t));
+      return {{{"docs", c.docs}, {"docs_bad", c.bad}, {"text_bytes", c.bytes}, {"spills", c.spills}},
+              strprintf("%lu documents, %lu malformed lines, %lu spills", (unsigned long)c.docs, (unsigned long)c.bad, (unsigned long)c.spills)};
+    }
+    case Stage::Candidates: {
+      const uint32_t ranges = run.opt.settings.ranges;
+      const CandidateCounts c = candidates_task(run, static_cast<uint32_t>(t / ranges), static_cast<uint32_t>(t % ranges), *texts);
+      return {{{"band_records", c.records}, {"buckets", c.buckets}, {"candidate_pairs", c.candidates}, {"pairs_compared", c.compared},
+               {"pairs_similar", c.similar}},
+              strprintf("%lu records, %lu buckets, %lu candidate pairs (%lu compared here, %lu similar)", (unsigned long)c.records,
+                        (unsigned long)c.buckets, (unsigned long)c.candidates, (unsigned long)c.compared, (unsigned long)c.similar)};
+    }
+    case Stage::Verify: {
+      const VerifyCounts c = verify_task(run, static_cast<uint32_t>(t), *texts);
+      return {{{"candidate_pairs", c.candidates}, {"distinct_pairs", c.distinct}, {"pairs_compared", c.compared}, {"pairs_similar", c.similar}},
+              strprintf("%lu candidate pairs, %lu distinct, %lu compared, %lu similar", (unsigned long)c.candidates, (unsigned long)c.distinct,
+                        (unsigned long)c.compared, (unsigned long)c.similar)};
+    }
+    case Stage::Cluster: {
+      const ClusterCounts c = cluster_task(run);
+      return {{{"pairs", c.pairs}, {"pairs_linked", c.linked}, {"groups", c.groups}, {"grouped_ids", c.grouped_ids}, {"docs_to_remove", c.removed}},
+              strprintf("%lu pairs, %lu groups of %lu ids, %lu documents to remove", (unsigned long)c.pairs, (unsigned long)c.groups,
+                        (unsigned long)c.grouped_ids, (unsigned long)c.removed)};
+    }
+    case Stage::Filter: {
+      const FilterCounts c = filter_task(run, static_cast<uint32_t>(t));
+      return {{{"lines_in", c.lines}, {"lines_kept", c.kept}, {"lines_removed", c.removed}, {"lines_bad", c.bad}},
+              strprintf("%lu lines: %lu kept, %lu removed, %lu malformed", (unsigned long)c.lines, (unsigned long)c.kept,
+                        (unsigned long)c.removed, (unsigned long)c.bad)};
+    }
+  }
+  return {};
+}
+
+// fn(t) for every t of `todo`, up to `width` at once, each on its own thread
+// (and --threads within); the first failure stops the others' next tasks and is rethrown.
+void for_each_task(const std::vector<uint64_t>& todo, int width, const std::function<void(uint64_t)>& fn) {
+  std::atomic<size_t> next{0};
+  std::exception_ptr failure;
+  std::mutex mu;
+  std::vector<std::thread> workers;
+  for (size_t w = 0; w < std::min<size_t>(std::max(width, 1), todo.size()); ++w)
+    workers.emplace_back([&] {
+      for (size_t i; (i = next++) < todo.size();) {
+        try {
+          fn(todo[i]);
+        } catch (...) {
+          std::lock_guard<std::mutex> lock(mu);
+          if (!failure) failure = std::current_exception();
+          next = todo.size();
+        }
+      }
+    });
+  for (auto& w : workers) w.join();
+  if (failure) std::rethrow_exception(failure);
+}
+
 }  // namespace
 
 Stage parse_stage(const std::string& name) {
   if (name == "signatures") return Stage::Signatures;
   if (name == "candidates") return Stage::Candidates;
+  if (name == "verify") return Stage::Verify;
   if (name == "cluster") return Stage::Cluster;
   if (name == "filter") return Stage::Filter;
-  throw Error(ErrorKind::Usage, "no stage '%s' (signatures, candidates, cluster, filter)", name.c_str());
+  throw Error(ErrorKind::Usage, "no stage '%s' (signatures, candidates, verify, cluster, filter)", name.c_str());
 }
 
 const char* stage_name(Stage stage) {
   switch (stage) {
     case Stage::Signatures: return "signatures";
     case Stage::Candidates: return "candidates";
+    case Stage::Verify: return "verify";
     case Stage::Cluster: return "cluster";
     case Stage::Filter: return "filter";
   }
@@ -612,6 +811,7 @@ uint64_t task_count(Stage stage, const Options& options) {
     case Stage::Signatures:
     case Stage::Filter: return shard_files(options).size();
     case Stage::Candidates: return uint64_t{options.settings.num_bands} * std::max<uint32_t>(options.settings.ranges, 1);
+    case Stage::Verify: return options.settings.verify_tasks;
     case Stage::Cluster: return 1;
   }
   return 0;
@@ -627,97 +827,33 @@ void run_stage(Stage stage, const Options& opt, const CommonFlags& common, Stats
   std::vector<uint64_t> todo;
   for (uint64_t t = 0; t < tasks; ++t) {
     if (opt.task >= 0 && t != static_cast<uint64_t>(opt.task)) continue;
-    if (task_done(run, task_name(stage, run, t))) {
-      ZLM_LOG_INF("%s: done already (marker %s/done/%s)", task_name(stage, run, t).c_str(), opt.work.c_str(), task_name(stage, run, t).c_str());
-      continue;
-    }
-    todo.push_back(t);
+    const std::string name = task_name(stage, run, t);
+    if (task_done(run, name))
+      ZLM_LOG_INF("%s: done already (marker %s/done/%s)", name.c_str(), opt.work.c_str(), name.c_str());
+    else
+      todo.push_back(t);
   }
   fs::create_directories(opt.work + "/done");
-  SignatureCounts sig;
-  CandidateCounts cand;
-  ClusterCounts clu;
-  FilterCounts fil;
-  std::mutex mu;
   std::optional<TextSource> texts;
-  if (stage == Stage::Candidates) texts.emplace(run);
-  auto one = [&](uint64_t t) {
+  if (stage == Stage::Candidates || stage == Stage::Verify) texts.emplace(run);
+  std::vector<std::pair<std::string, uint64_t>> totals;  // every task reports the same counts in the same order
+  std::mutex mu;
+  for_each_task(todo, opt.local_tasks, [&](uint64_t t) {
     const double t1 = log_elapsed_sec();
-    std::string summary;
-    switch (stage) {
-      case Stage::Signatures: {
-        const SignatureCounts c = signatures_task(run, static_cast<uint32_t>(t));
-        summary = strprintf("%lu documents, %lu malformed lines, %lu spills", (unsigned long)c.docs, (unsigned long)c.bad, (unsigned long)c.spills);
-        std::lock_guard<std::mutex> lock(mu);
-        sig.docs += c.docs, sig.bad += c.bad, sig.bytes += c.bytes, sig.spills += c.spills;
-        break;
-      }
-      case Stage::Candidates: {
-        const CandidateCounts c = candidates_task(run, static_cast<uint32_t>(t / opt.settings.ranges), static_cast<uint32_t>(t % opt.settings.ranges), *texts);
-        summary = strprintf("%lu records, %lu buckets, %lu pairs compared, %lu similar", (unsigned long)c.records, (unsigned long)c.buckets,
-                            (unsigned long)c.compared, (unsigned long)c.similar);
-        std::lock_guard<std::mutex> lock(mu);
-        cand.records += c.records, cand.buckets += c.buckets, cand.compared += c.compared, cand.similar += c.similar;
-        break;
-      }
-      case Stage::Cluster: {
-        clu = cluster_task(run);
-        summary = strprintf("%lu pairs, %lu groups of %lu ids, %lu documents to remove", (unsigned long)clu.pairs, (unsigned long)clu.groups,
-                            (unsigned long)clu.grouped_ids, (unsigned long)clu.removed);
-        break;
-      }
-      case Stage::Filter: {
-        const FilterCounts c = filter_task(run, static_cast<uint32_t>(t));
-        summary = strprintf("%lu lines: %lu kept, %lu removed, %lu malformed", (unsigned long)c.lines, (unsigned long)c.kept,
-                            (unsigned long)c.removed, (unsigned long)c.bad);
-        std::lock_guard<std::mutex> lock(mu);
-        fil.lines += c.lines, fil.kept += c.kept, fil.removed += c.removed, fil.bad += c.bad;
-        break;
-      }
-    }
+    const TaskReport report = run_task(stage, run, t, texts ? &*texts : nullptr);
     write_file_atomic(opt.work + "/done/" + task_name(stage, run, t), run.settings_text + "\n");
-    ZLM_LOG_INF("%s: %s (%.1f s)", task_name(stage, run, t).c_str(), summary.c_str(), log_elapsed_sec() - t1);
-  };
-  // Up to --local-tasks tasks at once, each on its own thread (and --threads within).
-  std::atomic<size_t> next{0};
-  std::exception_ptr failure;
-  std::vector<std::thread> workers;
-  const size_t width = std::min<size_t>(std::max(opt.local_tasks, 1), todo.size());
-  for (size_t w = 0; w < width; ++w)
-    workers.emplace_back([&] {
-      for (size_t i; (i = next++) < todo.size();) {
-        try {
-          one(todo[i]);
-        } catch (...) {
-          std::lock_guard<std::mutex> lock(mu);
-          if (!failure) failure = std::current_exception();
-          next = todo.size();
-        }
-      }
-    });
-  for (auto& w : workers) w.join();
-  if (failure) std::rethrow_exception(failure);
-
+    ZLM_LOG_INF("%s: %s (%.1f s)", task_name(stage, run, t).c_str(), report.summary.c_str(), log_elapsed_sec() - t1);
+    std::lock_guard<std::mutex> lock(mu);
+    if (totals.empty())
+      for (const auto& [k, v] : report.counts) totals.emplace_back(k, 0);
+    for (size_t i = 0; i < totals.size(); ++i) totals[i].second += report.counts[i].second;
+  });
   // Keys named after the stage, so that `all` reports every stage.
-  auto put = [&](const char* key, auto value) { stats.set(std::string(stage_name(stage)) + "_" + key, value); };
-  put("tasks", tasks);
-  put("tasks_run", static_cast<uint64_t>(todo.size()));
-  switch (stage) {
-    case Stage::Signatures:
-      put("docs", sig.docs), put("docs_bad", sig.bad), put("text_bytes", sig.bytes), put("spills", sig.spills);
-      break;
-    case Stage::Candidates:
-      put("band_records", cand.records), put("buckets", cand.buckets), put("pairs_compared", cand.compared), put("pairs_similar", cand.similar);
-      break;
-    case Stage::Cluster:
-      put("pairs", clu.pairs), put("pairs_linked", clu.linked), put("groups", clu.groups), put("grouped_ids", clu.grouped_ids);
-      put("docs_to_remove", clu.removed);
-      break;
-    case Stage::Filter:
-      put("lines_in", fil.lines), put("lines_kept", fil.kept), put("lines_removed", fil.removed), put("lines_bad", fil.bad);
-      break;
-  }
-  put("elapsed_sec", log_elapsed_sec() - t0);
+  const std::string prefix = std::string(stage_name(stage)) + "_";
+  stats.set(prefix + "tasks", tasks);
+  stats.set(prefix + "tasks_run", static_cast<uint64_t>(todo.size()));
+  for (const auto& [k, v] : totals) stats.set(prefix + k, v);
+  stats.set(prefix + "elapsed_sec", log_elapsed_sec() - t0);
 }
 
 }  // namespace zlm::near_dedup

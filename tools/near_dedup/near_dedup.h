@@ -9,8 +9,14 @@
 //               (external sort past --memory-mb).
 //   candidates  one task per band x hash range (ranges at the quantiles of the
 //               band hashes): merge every shard's run of the band over the
-//               range; each bucket verified by exact character n-gram Jaccard
-//               as find_duplicates does (common/dedup/lsh.h); similar pairs out.
+//               range; each bucket's pairs to compare by find_duplicates' rule
+//               (common/dedup/lsh.h: its first document with each other one).
+//   verify      one task per part of the pairs (by a hash of the pair): each
+//               distinct candidate pair checked once by exact character n-gram
+//               Jaccard (a pair met in several bands is not checked again);
+//               the similar ones out. With --heuristic-iter other than 1 a
+//               bucket's later rounds depend on its first round's results, so
+//               candidates verify their buckets whole and verify passes them on.
 //   cluster     one task: union-find over the verified ids (group_dups'
 //               threshold), the first document of each group kept (dedup's
 //               --keep first); per-shard lists of the lines to remove.
@@ -34,7 +40,7 @@
 
 namespace zlm::near_dedup {
 
-enum class Stage { Signatures, Candidates, Cluster, Filter };
+enum class Stage { Signatures, Candidates, Verify, Cluster, Filter };
 Stage parse_stage(const std::string& name);
 const char* stage_name(Stage stage);
 
@@ -50,6 +56,7 @@ struct Settings {  // the same in every stage of one run (files record their fin
   std::string key = "url";
   std::string text_key = "text";
   uint32_t ranges = 1;  // hash ranges per band: candidates tasks = num_bands * ranges
+  uint32_t verify_tasks = 8;  // parts of the candidate pairs, one verify task each
 };
 
 struct Options {

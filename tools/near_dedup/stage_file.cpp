@@ -25,6 +25,7 @@ const char* stage_file_kind_name(StageFileKind kind) {
     case StageFileKind::BandRun: return "band run";
     case StageFileKind::Pairs: return "verified pairs";
     case StageFileKind::Removals: return "removal list";
+    case StageFileKind::Candidates: return "candidate pairs";
   }
   return "?";
 }

@@ -28,7 +28,7 @@
 
 namespace zlm::near_dedup {
 
-enum class StageFileKind : uint32_t { Docs = 1, Texts = 2, BandRun = 3, Pairs = 4, Removals = 5 };
+enum class StageFileKind : uint32_t { Docs = 1, Texts = 2, BandRun = 3, Pairs = 4, Removals = 5, Candidates = 6 };
 const char* stage_file_kind_name(StageFileKind kind);
 
 class StageFileWriter {

@@ -66,7 +66,7 @@ same $d "10 bands of 5 rows, 3-grams, seed 99"
 # Every task alone, as the array tasks of a Slurm job would run them.
 one_machine $d 0.7
 w=$d/w6
-for stage in signatures candidates cluster filter; do
+for stage in signatures candidates verify cluster filter; do
   n=$("$BIN/near_dedup" $stage --shards $d/shards --work $w --ranges 2 --print-tasks)
   for ((t = n - 1; t >= 0; t--)); do
     "$BIN/near_dedup" $stage --shards $d/shards --work $w --ranges 2 --output-dir $w.out --task $t -q 2> /dev/null
@@ -74,14 +74,14 @@ for stage in signatures candidates cluster filter; do
 done
 cat $w.out/part-*.jsonl > $d/sharded.jsonl
 same $d "each task alone"
-[[ $(ls $w/done | wc -l) == $((4 + 40 + 1 + 4)) ]] || fail "expected 49 task markers, found $(ls $w/done | wc -l)"
+[[ $(ls $w/done | wc -l) == $((4 + 40 + 8 + 1 + 4)) ]] || fail "expected 57 task markers, found $(ls $w/done | wc -l)"
 
 # A re-run does nothing; a removed marker redoes that task only.
 "$BIN/near_dedup" all --shards $d/shards --work $w --ranges 2 --output-dir $w.out 2> $W/rerun.log
-[[ $(grep -c 'done already' $W/rerun.log) == 49 ]] || { cat $W/rerun.log; fail "a re-run redid tasks"; }
+[[ $(grep -c 'done already' $W/rerun.log) == 57 ]] || { cat $W/rerun.log; fail "a re-run redid tasks"; }
 rm $w/done/candidates-003-0001
 "$BIN/near_dedup" all --shards $d/shards --work $w --ranges 2 --output-dir $w.out 2> $W/rerun.log
-[[ $(grep -c 'done already' $W/rerun.log) == 48 ]] && grep -q 'candidates-003-0001: [0-9]* records' $W/rerun.log \
+[[ $(grep -c 'done already' $W/rerun.log) == 56 ]] && grep -q 'candidates-003-0001: [0-9]* records' $W/rerun.log \
   || { cat $W/rerun.log; fail "a removed marker did not redo its task alone"; }
 
 # SIGKILL mid-run (the signatures of a large shard), then a re-run: the same bytes.
@@ -112,7 +112,7 @@ f=$W/s4
 expect_error "a shard listed twice" "lists .*shard-000.jsonl twice" \
   "$BIN/near_dedup" signatures --shards $f/shards $f/shards/shard-000.jsonl --work $f/wx
 head -c 1000 $f/w1/signatures/00002.band-007 > $W/cut && cp $W/cut $f/w1/signatures/00002.band-007
-rm -f $f/w1/done/candidates-* $f/w1/done/cluster $f/w1/done/filter-*
+rm -f $f/w1/done/candidates-* $f/w1/done/verify-* $f/w1/done/cluster $f/w1/done/filter-*
 expect_error "a truncated band run" "00002.band-007: no end marker: the file is truncated" \
   "$BIN/near_dedup" candidates --shards $f/shards --work $f/w1
 printf 'X' | dd of=$f/w2/signatures/00001.docs bs=1 seek=100 conv=notrunc 2> /dev/null
