@@ -29,12 +29,15 @@ def make(out, docs, shards):
     rng = random.Random(20261125)
     letters = "etaoinshrdlcumwfgypbvkjxqz"
     vocab = sorted({"".join(rng.choice(letters[:20 if k % 3 else 26]) for _ in range(rng.randint(2, 10))) for k in range(24000)})[:20000]
-    weights = [1.0 / (r + 1) for r in range(len(vocab))]
+    cum, total = [], 0.0
+    for r in range(len(vocab)):
+        total += 1.0 / (r + 1)
+        cum.append(total)
 
     def document():
         words, n = [], rng.randint(150, 900)
         while len(words) < n:
-            sentence = rng.choices(vocab, weights, k=rng.randint(8, 30))
+            sentence = rng.choices(vocab, cum_weights=cum, k=rng.randint(8, 30))
             sentence[0] = sentence[0].capitalize()
             words += sentence[:-1] + [sentence[-1] + rng.choice(".....?!;")]
         return words

@@ -2,24 +2,25 @@
 # near_dedup at scale (ctest label `scale`, outside the default suite: make test-scale).
 # A generated corpus (tests/bench/near_dedup_corpus.py: DOCS originals, default
 # 500,000, about 2 GB, plus a copy of every fifth with 0-40% of its words
-# replaced) in 16 shards; the four stages with every task its own process under
-# /usr/bin/time, two at a time, with --memory-mb CAP (default 256). Holds:
+# replaced) in SHARDS shards (default 4, about 500 MB each); the stages with every
+# task its own process under /usr/bin/time, two at a time, with --memory-mb CAP
+# (default 64: a shard's band records, about 100 MB, do not fit). Holds:
 #   - every task's peak RSS stays under CAP + 64 MiB (the program, its buffers and
 #     the pages of the stage files it maps);
 #   - the signatures spilled sorted runs (the corpus's band records exceed CAP);
 #   - against exact Jaccard on the planted pairs (>= 0.7 is a duplicate):
 #     precision 1.0 (verified pairs only) and recall at least 0.97 (LSH with
 #     20 bands of 5 rows finds a pair at exactly 0.7 with probability 0.975).
-#   near_dedup_scale.sh SOURCE_DIR BIN_DIR PYTHON      (DOCS, CAP, WORK to keep the files)
+#   near_dedup_scale.sh SOURCE_DIR BIN_DIR PYTHON      (DOCS, SHARDS, CAP, WORK to keep the files)
 set -euo pipefail
 SRC=$1 BIN=$2 PY=$3
-DOCS=${DOCS:-500000} CAP=${CAP:-256}
+DOCS=${DOCS:-500000} SHARDS=${SHARDS:-4} CAP=${CAP:-64}
 W=${WORK:-$(mktemp -d)}
 [[ -n ${WORK:-} ]] || trap 'rm -rf "$W"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }
 t0=$SECONDS
-[[ -f $W/c/truth.json ]] || "$PY" "$SRC/tests/bench/near_dedup_corpus.py" make "$W/c" "$DOCS" 16
-echo "corpus: $(du -sh "$W/c/shards" | cut -f1) in 16 shards ($((SECONDS - t0)) s to make)"
+[[ -f $W/c/truth.json ]] || "$PY" "$SRC/tests/bench/near_dedup_corpus.py" make "$W/c" "$DOCS" "$SHARDS"
+echo "corpus: $(du -sh "$W/c/shards" | cut -f1) in $SHARDS shards ($((SECONDS - t0)) s to make)"
 rm -rf "$W/nd" "$W/nd.kept" "$W"/*.time
 for stage in signatures candidates verify cluster filter; do
   t1=$SECONDS

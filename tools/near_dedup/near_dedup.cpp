@@ -4,7 +4,12 @@
 #include <tbb/parallel_for.h>
 #include <xxhash.h>
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <atomic>
 #include <exception>
 #include <filesystem>
@@ -292,14 +297,21 @@ SignatureCounts signatures_task(const Run& run, uint32_t s) {
 
 struct ShardTexts {
   std::unique_ptr<StageFileReader> docs, texts;
+  int fd = -1;  // the text store, read with pread: the texts a task reads do not stay in its memory
+  ShardTexts() = default;
+  ShardTexts(const ShardTexts&) = delete;
+  ShardTexts& operator=(const ShardTexts&) = delete;
+  ~ShardTexts() {
+    if (fd >= 0) ::close(fd);
+  }
 };
 
 // Lazily opened document tables and text stores (length-checked; the cluster
-// stage verifies the tables' checksums).
+// stage verifies the tables' checksums). Thread-safe.
 class TextSource {
  public:
   explicit TextSource(const Run& run) : run_(run), shards_(run.shards.size()) {}
-  std::string_view text(uint64_t pos) {
+  std::string text(uint64_t pos) {
     ShardTexts& st = open(shard_of(pos));
     const uint64_t j = index_of(pos);
     if (j >= st.docs->count())
@@ -309,7 +321,13 @@ class TextSource {
     if (d.text_offset > st.texts->count() || d.text_bytes > st.texts->count() - d.text_offset)
       throw Error(ErrorKind::Format, "%s: document %lu's text lies outside %s", st.docs->path().c_str(), (unsigned long)j,
                   st.texts->path().c_str());
-    return {reinterpret_cast<const char*>(st.texts->record(d.text_offset)), d.text_bytes};
+    std::string text(d.text_bytes, '\0');
+    for (uint64_t done = 0; done < d.text_bytes;) {
+      const ssize_t n = ::pread(st.fd, text.data() + done, d.text_bytes - done, static_cast<off_t>(kStageFileHeaderBytes + d.text_offset + done));
+      if (n <= 0) throw Error(ErrorKind::Io, "cannot read %s: %s", st.texts->path().c_str(), n == 0 ? "unexpected end" : std::strerror(errno));
+      done += static_cast<uint64_t>(n);
+    }
+    return text;
   }
 
  private:
@@ -319,6 +337,8 @@ class TextSource {
     if (!st.docs) {
       st.docs = std::make_unique<StageFileReader>(run_.docs(s, false));
       st.texts = std::make_unique<StageFileReader>(run_.sig_path(s, "texts"), StageFileKind::Texts, 1, run_.settings, run_.shard_subject(s), false);
+      st.fd = ::open(st.texts->path().c_str(), O_RDONLY | O_CLOEXEC);
+      if (st.fd < 0) throw Error(ErrorKind::Io, "cannot open %s: %s", st.texts->path().c_str(), std::strerror(errno));
     }
     return st;
   }

@@ -10,7 +10,7 @@ namespace zlm::near_dedup {
 namespace {
 constexpr char kMagic[8] = {'Z', 'L', 'M', 'N', 'D', '0', '0', '1'};
 constexpr char kEnd[8] = {'Z', 'L', 'M', 'N', 'D', 'O', 'K', '!'};
-constexpr uint64_t kHeader = 32, kFooter = 24;
+constexpr uint64_t kHeader = kStageFileHeaderBytes, kFooter = 24;
 
 [[noreturn]] void bad(const std::string& path, const std::string& what) {
   throw Error(ErrorKind::Format, "%s: %s ---> HINT: remove it and re-run the stage that writes it (its task's marker under done/ too)",

@@ -28,6 +28,8 @@
 
 namespace zlm::near_dedup {
 
+inline constexpr uint64_t kStageFileHeaderBytes = 32;  // record i starts at 32 + i x record bytes
+
 enum class StageFileKind : uint32_t { Docs = 1, Texts = 2, BandRun = 3, Pairs = 4, Removals = 5, Candidates = 6 };
 const char* stage_file_kind_name(StageFileKind kind);
 
