@@ -83,7 +83,7 @@ STAGES=(cleanup signatures candidates verify cluster filter shuffle_count shuffl
 # or compressed, sorted bytewise; else a glob, sorted).
 shard_list() {
   if [[ -d $SHARDS ]]; then
-    find "$SHARDS" -maxdepth 1 -type f -regextype posix-extended -regex '.*\.(json|jsonl|txt)(\.(gz|xz|zst))?$' | LC_ALL=C sort
+    find -L "$SHARDS" -maxdepth 1 -type f -regextype posix-extended -regex '.*\.(json|jsonl|txt)(\.(gz|xz|zst))?$' | LC_ALL=C sort
   else
     compgen -G "$SHARDS" | LC_ALL=C sort || true
   fi
@@ -104,23 +104,25 @@ tasks_of() {
 }
 part() { printf '%s/%s/part-%05d.jsonl' "$WORK" "$1" "$2"; }
 
-# One task's command.
+# One task's command, into the array CMD (no eval: paths with spaces or shell characters stay one word).
 task_command() {
   local stage=$1 t=$2
   case $stage in
     cleanup) mkdir -p "$WORK/cleaned" "$WORK/rejected"
-             echo "$BIN/cleanup" "${SHARD_FILES[$t]}" "$(part cleaned "$t")" --rejected-out "$(part rejected "$t")" \
-               --workers "$THREADS" "${TOKENIZER[@]}" -q ;;
+             CMD=("$BIN/cleanup" "${SHARD_FILES[$t]}" "$(part cleaned "$t")" --rejected-out "$(part rejected "$t")"
+                  --workers "$THREADS" "${TOKENIZER[@]}" -q) ;;
     signatures|candidates|verify|cluster|filter)
-             echo "$BIN/near_dedup" "$stage" --shards "$WORK/cleaned" "${ND[@]}" --output-dir "$WORK/deduped" \
-               --removed-dir "$WORK/dedup-removed" --task "$t" -q ;;
+             CMD=("$BIN/near_dedup" "$stage" --shards "$WORK/cleaned" "${ND[@]}" --output-dir "$WORK/deduped"
+                  --removed-dir "$WORK/dedup-removed" --task "$t" -q) ;;
     shuffle_count|shuffle_scatter|shuffle_gather)
-             echo "$BIN/shuffle" --sharded "${stage#shuffle_}" --parts "$WORK/deduped" "${SH[@]}" --bucket-dir "$WORK/shuffled" --task "$t" -q ;;
+             CMD=("$BIN/shuffle" --sharded "${stage#shuffle_}" --parts "$WORK/deduped" "${SH[@]}" --bucket-dir "$WORK/shuffled" --task "$t" -q) ;;
     preprocess_data) mkdir -p "$WORK/tokens"
-             echo "$BIN/preprocess_data" --input "$(printf '%s/shuffled/bucket-%05d.jsonl' "$WORK" "$t")" --json-keys text \
-               --tokenizer-type GPT2BPETokenizer "${TOKENIZER[@]}" --append-eod --workers "$THREADS" \
-               --output-prefix "$(printf '%s/tokens/bucket-%05d' "$WORK" "$t")" -q ;;
-    merge_datasets) echo "$BIN/merge_datasets" --input "$WORK/tokens" --output-prefix "$WORK/${NAME}_text_document" -q ;;
+             local prefix
+             prefix=$(printf '%s/tokens/bucket-%05d' "$WORK" "$t")
+             rm -f "$prefix"_*.tmp.*  # a killed attempt's temporaries (merge_datasets refuses stray files)
+             CMD=("$BIN/preprocess_data" --input "$(printf '%s/shuffled/bucket-%05d.jsonl' "$WORK" "$t")" --json-keys text
+                  --tokenizer-type GPT2BPETokenizer "${TOKENIZER[@]}" --append-eod --workers "$THREADS" --output-prefix "$prefix" -q) ;;
+    merge_datasets) CMD=("$BIN/merge_datasets" --input "$WORK/tokens" --output-prefix "$WORK/${NAME}_text_document" -q) ;;
   esac
 }
 
@@ -133,10 +135,10 @@ if [[ -n $RUN_TASK ]]; then
   marker=$WORK/.tasks/$RUN_TASK/$TASK.done
   [[ -e $marker ]] && { echo "$RUN_TASK $TASK: done already"; exit 0; }
   mkdir -p "$WORK/.tasks/$RUN_TASK"
-  cmd=$(task_command "$RUN_TASK" "$TASK")
   for attempt in $(seq 0 "$RETRIES"); do
+    task_command "$RUN_TASK" "$TASK"
     t0=$(date +%s.%N)
-    if eval "$cmd" 2> "$WORK/.tasks/$RUN_TASK/$TASK.log"; then
+    if "${CMD[@]}" 2> "$WORK/.tasks/$RUN_TASK/$TASK.log"; then
       t1=$(date +%s.%N)
       echo "seconds=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.3f", b - a }') start=$t0 end=$t1 attempts=$((attempt + 1)) host=$(hostname)" \
         > "$marker.tmp" && mv "$marker.tmp" "$marker"
@@ -156,6 +158,15 @@ missing() {
 }
 mkdir -p "$WORK/.tasks"
 T_START=$(date +%s.%N)
+# What the outputs depend on (not how the tasks are scheduled): a work directory made with other
+# settings is refused, never resumed into a dataset of mixed settings.
+STAMP="shards=${SHARD_FILES[*]} ranges=$RANGES verify=$VERIFY_TASKS buckets=$BUCKETS seed=$SEED group=$GROUP_T key=$KEY name=$NAME"
+STAMP+=" vocab=$VOCAB merges=$MERGES"
+if [[ -f $WORK/.tasks/settings ]]; then
+  [[ $(cat "$WORK/.tasks/settings") == "$STAMP" ]] || { echo "cluster_pipeline.sh: $WORK was made with other settings ($(cat "$WORK/.tasks/settings")) ---> HINT: use that run's flags, or a fresh --work" >&2; exit 2; }
+else
+  echo "$STAMP" > "$WORK/.tasks/settings"
+fi
 
 if ((SLURM)); then
   if [[ -z $MAX_ARRAY ]]; then
@@ -164,19 +175,28 @@ if ((SLURM)); then
   fi
   read -r -a SB <<< "$SBATCH"
   mkdir -p "$WORK/.tasks/logs"
+  # A submission whose jobs are still queued or running: submitting again would run every unfinished
+  # task twice. Wait for them (or scancel them) first.
+  if [[ -s $WORK/.tasks/jobs ]] && [[ -n $(squeue -h -j "$(paste -sd, "$WORK/.tasks/jobs")" -o %i 2> /dev/null) ]]; then
+    echo "cluster_pipeline.sh: jobs of an earlier submission are still queued or running ($(paste -sd' ' "$WORK/.tasks/jobs")) ---> HINT: wait for them, or scancel them, then submit again" >&2
+    exit 2
+  fi
+  : > "$WORK/.tasks/jobs"
   DEP="" JOBS=()
   for stage in "${STAGES[@]}"; do
     mapfile -t todo < <(missing "$stage")
     ((${#todo[@]})) || continue
-    printf '%s\n' "${todo[@]}" > "$WORK/.tasks/$stage.todo"
+    todo_file=$WORK/.tasks/$stage.$$.todo  # this submission's list: an earlier one's arrays keep theirs
+    printf '%s\n' "${todo[@]}" > "$todo_file"
     stage_jobs=()
     for ((off = 0; off < ${#todo[@]}; off += MAX_ARRAY - 1)); do  # arrays of at most MaxArraySize - 1 tasks
       count=$(( ${#todo[@]} - off < MAX_ARRAY - 1 ? ${#todo[@]} - off : MAX_ARRAY - 1 ))
       id=$(ZLM_ARRAY_OFFSET=$off sbatch --parsable --export=ALL,ZLM_ARRAY_OFFSET=$off --array=0-$((count - 1)) --job-name="zlm-$stage" \
              --output="$WORK/.tasks/logs/$stage-%A_%a.out" ${DEP:+--dependency=afterok:$DEP} "${SB[@]}" \
-             --wrap="$(printf '%q ' "$SELF" "${ARGS[@]}" --run-task "$stage" --task-list "$WORK/.tasks/$stage.todo")")
+             --wrap="$(printf '%q ' "$SELF" "${ARGS[@]}" --run-task "$stage" --task-list "$todo_file")")
       id=${id%%;*}
       stage_jobs+=("$id")
+      echo "$id" >> "$WORK/.tasks/jobs"
       echo "submitted $stage: job $id (${count} tasks)" >&2
     done
     DEP=$(IFS=:; echo "${stage_jobs[*]}")

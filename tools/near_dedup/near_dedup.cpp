@@ -712,11 +712,13 @@ std::string task_name(Stage stage, const Run& run, uint64_t t) {
 }
 
 // A task's marker, written after its outputs: its presence means done.
+std::string marker_text(const Run& run) { return strprintf("%s fingerprint=%016lx\n", run.settings_text.c_str(), (unsigned long)run.settings); }
+
 bool task_done(const Run& run, const std::string& name) {
   const std::string path = run.opt.work + "/done/" + name;
   if (!fs::exists(path)) return false;
   const std::string content = read_file(path);
-  if (content != run.settings_text + "\n")
+  if (content != marker_text(run))
     throw Error(ErrorKind::Usage, "%s was done with other settings (%s) ---> HINT: use the flags of that run, or a fresh --work directory",
                 path.c_str(), content.substr(0, content.find('\n')).c_str());
   return true;
@@ -841,6 +843,7 @@ void run_stage(Stage stage, const Options& opt, const CommonFlags& common, Stats
   const double t0 = log_elapsed_sec();
   const Run run(opt, common);
   if (stage == Stage::Filter && opt.output_dir.empty()) throw Error(ErrorKind::Usage, "the filter stage needs --output-dir");
+  if (stage == Stage::Filter) check_distinct_paths({{"--output-dir", opt.output_dir}, {"--removed-dir", opt.removed_dir}});
   const uint64_t tasks = task_count(stage, opt);
   if (opt.task >= static_cast<int64_t>(tasks))
     throw Error(ErrorKind::Usage, "--task %ld: the %s stage has tasks 0..%lu", (long)opt.task, stage_name(stage), (unsigned long)(tasks - 1));
@@ -848,7 +851,9 @@ void run_stage(Stage stage, const Options& opt, const CommonFlags& common, Stats
   for (uint64_t t = 0; t < tasks; ++t) {
     if (opt.task >= 0 && t != static_cast<uint64_t>(opt.task)) continue;
     const std::string name = task_name(stage, run, t);
-    if (task_done(run, name))
+    // A filter task is done for this --output-dir only when its part is there.
+    const bool part_missing = stage == Stage::Filter && !fs::exists(opt.output_dir + "/" + run.part_name(static_cast<uint32_t>(t)));
+    if (!part_missing && task_done(run, name))
       ZLM_LOG_INF("%s: done already (marker %s/done/%s)", name.c_str(), opt.work.c_str(), name.c_str());
     else
       todo.push_back(t);
@@ -861,7 +866,7 @@ void run_stage(Stage stage, const Options& opt, const CommonFlags& common, Stats
   for_each_task(todo, opt.local_tasks, [&](uint64_t t) {
     const double t1 = log_elapsed_sec();
     const TaskReport report = run_task(stage, run, t, texts ? &*texts : nullptr);
-    write_file_atomic(opt.work + "/done/" + task_name(stage, run, t), run.settings_text + "\n");
+    write_file_atomic(opt.work + "/done/" + task_name(stage, run, t), marker_text(run));
     ZLM_LOG_INF("%s: %s (%.1f s)", task_name(stage, run, t).c_str(), report.summary.c_str(), log_elapsed_sec() - t1);
     std::lock_guard<std::mutex> lock(mu);
     if (totals.empty())

@@ -141,8 +141,10 @@ namespace {
 constexpr char kScatterEnd[8] = {'Z', 'L', 'M', 'S', 'H', 'U', 'F', '1'};
 
 std::string count_path(const ShardedOptions& o, size_t part) { return strprintf("%s/shuffle/counts/%05zu.count", o.work.c_str(), part); }
+// The scattered records depend on the seed and the bucket count: their directory says both, so a
+// run with others never takes them for its own.
 std::string scatter_path(const ShardedOptions& o, size_t part, uint32_t bucket) {
-  return strprintf("%s/shuffle/scatter/%05zu.bucket-%05u", o.work.c_str(), part, bucket);
+  return strprintf("%s/shuffle/scatter-seed%lu-buckets%u/%05zu.bucket-%05u", o.work.c_str(), (unsigned long)o.seed, o.buckets, part, bucket);
 }
 std::string bucket_path(const ShardedOptions& o, uint32_t bucket) { return strprintf("%s/bucket-%05u.jsonl", o.output_dir.c_str(), bucket); }
 
@@ -248,7 +250,8 @@ void run_sharded(const ShardedOptions& o, const CommonFlags& common, Stats& stat
   std::vector<NamedPath> inputs;
   for (const auto& p : o.parts) inputs.push_back({"--parts", p});
   check_distinct_paths({{"--stats-out", common.stats_out}}, inputs);
-  for (const char* d : {"/shuffle/counts", "/shuffle/scatter"}) std::filesystem::create_directories(o.work + d);
+  std::filesystem::create_directories(o.work + "/shuffle/counts");
+  std::filesystem::create_directories(std::filesystem::path(scatter_path(o, 0, 0)).parent_path());
   uint64_t lines = 0, run_tasks = 0;
   for (const std::string& st : stages) {
     ShardedOptions one = o;
@@ -256,6 +259,14 @@ void run_sharded(const ShardedOptions& o, const CommonFlags& common, Stats& stat
     if (st == "gather") {
       if (o.output_dir.empty()) throw Error(ErrorKind::Usage, "the gather stage needs --bucket-dir");
       std::filesystem::create_directories(o.output_dir);
+      // The buckets there are this permutation's: a directory of another seed, bucket count or
+      // list of parts is refused rather than taken as done.
+      const std::string stamp = o.output_dir + "/.shuffle-settings", want = strprintf("seed=%lu buckets=%u parts=%zu\n", (unsigned long)o.seed,
+                                                                                        o.buckets, o.parts.size());
+      if (!std::filesystem::exists(stamp)) write_file_atomic(stamp, want);
+      else if (read_file(stamp) != want)
+        throw Error(ErrorKind::Usage, "%s holds the buckets of another shuffle (%s) ---> HINT: give the flags of that run, or another --bucket-dir",
+                    o.output_dir.c_str(), read_file(stamp).c_str());
     }
     const uint64_t n = sharded_task_count(one);
     if (o.task >= static_cast<int64_t>(n)) throw Error(ErrorKind::Usage, "--task %ld: the %s stage has tasks 0..%lu", (long)o.task, st.c_str(), (unsigned long)(n - 1));

@@ -55,6 +55,17 @@ cluster $W/c3 $W/shards3 --local-tasks 3 --ranges 2 --buckets 4
 grep -q '>>>' $W/c3.log && { cat $W/c3.log; fail "a re-run ran tasks"; }
 same $W/c3 "a re-run runs nothing"
 
+# Other settings on a finished work directory: refused, never a resumed mix.
+if BIN=$BIN $SRC/scripts/cluster_pipeline.sh --shards $W/shards3 --work $W/c3 "${TOK[@]}" --ranges 2 --buckets 4 --seed 99 > $W/other.log 2>&1; then
+  fail "another --seed on a finished work directory passed"
+fi
+grep -q 'was made with other settings' $W/other.log || { cat $W/other.log; fail "no message for other settings"; }
+if "$BIN/shuffle" --sharded gather --parts $W/c3/deduped --work $W/c3/shuffle-work --buckets 8 --bucket-dir $W/c3/shuffled > $W/other.log 2>&1; then
+  fail "shuffle --sharded gather with another bucket count on a bucket directory passed"
+fi
+grep -q 'holds the buckets of another shuffle' $W/other.log || { cat $W/other.log; fail "no message for another shuffle's buckets"; }
+echo "ok: other settings are refused"
+
 # SIGKILL mid-run (the whole process group), then a re-run: the same bytes.
 setsid bash -c "BIN=$BIN $SRC/scripts/cluster_pipeline.sh --shards $W/shards7 --work $W/k ${TOK[*]} --local-tasks 2 --buckets 4" > $W/k.log 2>&1 &
 pid=$!
