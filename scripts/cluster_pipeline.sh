@@ -3,6 +3,8 @@
 # machine: every stage a set of independent tasks, run as Slurm job arrays
 # chained by --dependency=afterok (--slurm), or N at a time here (--local-tasks N).
 #
+#   blacklist_urls   one task, with --urls            -> urls.clean.txt (URL lists are small; duplicates
+#                                                     across lists need one pass over them all)
 #   cleanup          a task per shard                 cleanup SHARD -> cleaned/part-NNNNN.jsonl
 #   signatures       a task per shard                 near_dedup (docs/design.md, "Sharded near-duplicate removal")
 #   candidates       a task per band x hash range
@@ -15,8 +17,8 @@
 #   preprocess_data  a task per bucket                -> tokens/bucket-NNNNN_text_document.bin/.idx
 #   merge_datasets   one task                         -> NAME_text_document.bin/.idx
 #
-# The result equals scripts/pipeline.sh --skip blacklist_urls on the shards
-# concatenated (the same documents kept, the same .bin/.idx bytes), for any
+# The result equals scripts/pipeline.sh on the shards concatenated (the same
+# URLs and documents kept, the same .bin/.idx bytes), for any
 # number of shards, ranges, buckets and tasks. Each task leaves a marker
 # (WORK/.tasks/STAGE/N.done) when it succeeds: a re-run, here or as a new
 # submission, runs only the tasks without one. A failed task is retried
@@ -25,7 +27,7 @@
 # tasks, task-seconds, wall seconds) ends the run and is saved as WORK/summary.txt.
 #
 # Usage:
-#   scripts/cluster_pipeline.sh --shards DIR_OR_GLOB --work DIR
+#   scripts/cluster_pipeline.sh --shards DIR_OR_GLOB --work DIR [--urls DIR_OR_FILE]
 #       [--local-tasks N | --slurm [--sbatch "OPTIONS"] [--max-array N] [--no-wait]]
 #       [--retries N] [--threads N] [--ranges R] [--verify-tasks V] [--buckets B] [--memory-mb M] [--seed N]
 #       [--group-threshold T] [--key url] [--output-name NAME] [--vocab-file V --merge-file M]
@@ -38,12 +40,13 @@ BIN=${BIN:-$ROOT/build/bin}
 SELF=$ROOT/scripts/cluster_pipeline.sh
 ARGS=("$@")
 SHARDS="" WORK="" LOCAL=1 SLURM=0 SBATCH="" MAX_ARRAY="" WAIT=1 RETRIES=2 THREADS=1 RANGES=1 VERIFY_TASKS=8 BUCKETS=8 MEMORY=1024 SEED=1234
-GROUP_T=0.7 KEY=url NAME=gpt2 VOCAB="" MERGES="" RUN_TASK="" TASK="" TASK_LIST=""
-usage() { sed -n '2,34p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-2}"; }
+GROUP_T=0.7 KEY=url NAME=gpt2 VOCAB="" MERGES="" URLS="" RUN_TASK="" TASK="" TASK_LIST=""
+usage() { sed -n '2,36p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-2}"; }
 while (($#)); do
   case $1 in
     --shards) SHARDS=$2; shift 2 ;;
     --work) WORK=$2; shift 2 ;;
+    --urls) URLS=$2; shift 2 ;;
     --local-tasks) LOCAL=$2; shift 2 ;;
     --slurm) SLURM=1; shift ;;
     --sbatch) SBATCH=$2; shift 2 ;;
@@ -77,7 +80,7 @@ TOKENIZER=()
 [[ -n $MERGES ]] && TOKENIZER+=(--merge-file "$MERGES")
 ND=(--work "$WORK/dedup" --key "$KEY" --group-threshold "$GROUP_T" --ranges "$RANGES" --verify-tasks "$VERIFY_TASKS" --threads "$THREADS" --memory-mb "$MEMORY")
 SH=(--work "$WORK/shuffle-work" --seed "$SEED" --buckets "$BUCKETS")
-STAGES=(cleanup signatures candidates verify cluster filter shuffle_count shuffle_scatter shuffle_gather preprocess_data merge_datasets)
+STAGES=(${URLS:+blacklist_urls} cleanup signatures candidates verify cluster filter shuffle_count shuffle_scatter shuffle_gather preprocess_data merge_datasets)
 
 # The shards in order, as the tools expand an argument (a directory's .json/.jsonl/.txt files, plain
 # or compressed, sorted bytewise; else a glob, sorted).
@@ -98,7 +101,7 @@ tasks_of() {
     cleanup|signatures|filter|shuffle_count|shuffle_scatter) echo "$N" ;;
     candidates) echo "$BANDS" ;;
     verify) echo "$VERIFY" ;;
-    cluster|merge_datasets) echo 1 ;;
+    blacklist_urls|cluster|merge_datasets) echo 1 ;;
     shuffle_gather|preprocess_data) echo "$BUCKETS" ;;
   esac
 }
@@ -108,6 +111,7 @@ part() { printf '%s/%s/part-%05d.jsonl' "$WORK" "$1" "$2"; }
 task_command() {
   local stage=$1 t=$2
   case $stage in
+    blacklist_urls) CMD=("$BIN/blacklist_urls" "$URLS" "$WORK/urls.clean.txt" --rejected-out "$WORK/urls.rejected.tsv" -q) ;;
     cleanup) mkdir -p "$WORK/cleaned" "$WORK/rejected"
              CMD=("$BIN/cleanup" "${SHARD_FILES[$t]}" "$(part cleaned "$t")" --rejected-out "$(part rejected "$t")"
                   --workers "$THREADS" "${TOKENIZER[@]}" -q) ;;
@@ -161,7 +165,7 @@ T_START=$(date +%s.%N)
 # What the outputs depend on (not how the tasks are scheduled): a work directory made with other
 # settings is refused, never resumed into a dataset of mixed settings.
 STAMP="shards=${SHARD_FILES[*]} ranges=$RANGES verify=$VERIFY_TASKS buckets=$BUCKETS seed=$SEED group=$GROUP_T key=$KEY name=$NAME"
-STAMP+=" vocab=$VOCAB merges=$MERGES"
+STAMP+=" vocab=$VOCAB merges=$MERGES urls=$URLS"
 if [[ -f $WORK/.tasks/settings ]]; then
   [[ $(cat "$WORK/.tasks/settings") == "$STAMP" ]] || { echo "cluster_pipeline.sh: $WORK was made with other settings ($(cat "$WORK/.tasks/settings")) ---> HINT: use that run's flags, or a fresh --work" >&2; exit 2; }
 else
@@ -257,6 +261,7 @@ docs() { [[ -f $1.idx ]] && "$BIN/dataset_info" "$1" | sed -n 's/^documents: //p
     done
     ((done_n == n)) || failed="$failed $stage"
     case $stage in
+      blacklist_urls) in="-" out=$(lines "$WORK/urls.clean.txt") ;;
       cleanup) in=$(lines "${SHARD_FILES[@]}") out=$(lines "$WORK"/cleaned/part-*.jsonl) ;;
       filter) in=$(lines "$WORK"/cleaned/part-*.jsonl) out=$(lines "$WORK"/deduped/part-*.jsonl) ;;
       shuffle_gather) in=$(lines "$WORK"/deduped/part-*.jsonl) out=$(lines "$WORK"/shuffled/bucket-*.jsonl) ;;

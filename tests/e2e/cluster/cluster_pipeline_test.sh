@@ -17,7 +17,7 @@ TOK=(--vocab-file $DATA/megatron/gpt2-tiny-vocab.json --merge-file $DATA/megatro
 head -200 $DATA/megatron/openwebtext-1000.decoded.jsonl | awk '{sub(/^\{/, "{\"url\": \"o-" NR "\", "); print}' > $W/raw.jsonl
 head -20 $DATA/megatron/openwebtext-1000.decoded.jsonl | awk '{sub(/^\{/, "{\"url\": \"c-" NR "\", "); sub(/ the /, " THE "); print}' >> $W/raw.jsonl
 sed -n '30,45p' $DATA/megatron/openwebtext-1000.decoded.jsonl | awk '{sub(/^\{/, "{\"url\": \"x-" NR "\", "); print}' >> $W/raw.jsonl
-BIN=$BIN $SRC/scripts/pipeline.sh --raw $W/raw.jsonl --work $W/one "${TOK[@]}" --threads 2 > $W/one.log 2>&1 || { cat $W/one.log; fail "pipeline.sh"; }
+BIN=$BIN $SRC/scripts/pipeline.sh --raw $W/raw.jsonl --work $W/one --urls $DATA/urls/urls.txt "${TOK[@]}" --threads 2 > $W/one.log 2>&1 || { cat $W/one.log; fail "pipeline.sh"; }
 want=$(cat $W/one/gpt2_text_document.bin $W/one/gpt2_text_document.idx | md5sum)
 docs=$("$BIN/dataset_info" $W/one/gpt2_text_document | sed -n 's/^documents: //p')
 (( docs > 150 && docs < 220 )) || fail "the one-machine dataset has $docs documents"
@@ -46,6 +46,9 @@ for k in 1 3 7; do
   cluster $W/c$k $W/shards$k --local-tasks 3 --ranges 2 --buckets 4
   same $W/c$k "$k shards, 2 ranges, 4 buckets, 3 tasks at a time"
 done
+cluster $W/cu $W/shards3 --urls $DATA/urls/urls.txt --local-tasks 2
+cmp $W/cu/urls.clean.txt $W/one/urls.clean.txt || fail "the clean URL list differs from pipeline.sh's"
+same $W/cu "--urls: blacklist_urls as one task, the same clean URL list"
 cluster $W/c7b $W/shards7 --local-tasks 1 --buckets 1 --threads 2
 same $W/c7b "7 shards, 1 bucket, 1 task at a time"
 grep -qE '^\| filter +\| +7 of 7 +\| +[0-9]+ \| +[0-9]+ \|' $W/c7/summary.txt || { cat $W/c7/summary.txt; fail "no filter row in the table"; }
