@@ -137,21 +137,46 @@ struct BandBuffer {
   }
 };
 
-// Merges sorted band runs (each sorted by hash, then position) into `out`.
-void merge_runs(const std::vector<std::unique_ptr<StageFileReader>>& runs, StageFileWriter& out) {
-  using Head = std::tuple<uint64_t, uint64_t, size_t>;  // hash, position, run
-  std::priority_queue<Head, std::vector<Head>, std::greater<>> heap;
-  std::vector<uint64_t> at(runs.size(), 0);
-  auto push = [&](size_t r) {
-    if (at[r] < runs[r]->count()) heap.emplace(runs[r]->get<uint64_t>(at[r]), load_unaligned<uint64_t>(runs[r]->record(at[r]) + 8), r);
-  };
-  for (size_t r = 0; r < runs.size(); ++r) push(r);
-  while (!heap.empty()) {
-    const size_t r = std::get<2>(heap.top());
-    heap.pop();
-    out.add(runs[r]->record(at[r]++));
-    push(r);
+// Band runs (each sorted by hash, then position), each read over [begin, end),
+// merged in (hash, position) order: with a shard's runs the global order, as
+// positions order shards, then documents.
+class RunMerge {
+ public:
+  RunMerge(std::vector<std::unique_ptr<StageFileReader>> runs, std::vector<uint64_t> begin, std::vector<uint64_t> end)
+      : runs_(std::move(runs)), at_(std::move(begin)), end_(std::move(end)) {
+    for (size_t r = 0; r < runs_.size(); ++r) push(r);
   }
+  // The next record (hash, position, the record's bytes); false at the end.
+  bool next(uint64_t* hash, uint64_t* pos, const uint8_t** record) {
+    if (heap_.empty()) return false;
+    const auto [h, p, r] = heap_.top();
+    heap_.pop();
+    *hash = h;
+    *pos = p;
+    *record = runs_[r]->record(at_[r]++);
+    push(r);
+    return true;
+  }
+
+ private:
+  void push(size_t r) {
+    if (at_[r] < end_[r]) heap_.emplace(runs_[r]->get<uint64_t>(at_[r]), load_unaligned<uint64_t>(runs_[r]->record(at_[r]) + 8), r);
+  }
+  using Head = std::tuple<uint64_t, uint64_t, size_t>;  // hash, position, run
+  std::vector<std::unique_ptr<StageFileReader>> runs_;
+  std::vector<uint64_t> at_, end_;
+  std::priority_queue<Head, std::vector<Head>, std::greater<>> heap_;
+};
+
+// Whole sorted runs merged into `out`.
+void merge_runs(std::vector<std::unique_ptr<StageFileReader>> runs, StageFileWriter& out) {
+  std::vector<uint64_t> end;
+  for (const auto& r : runs) end.push_back(r->count());
+  const std::vector<uint64_t> begin(runs.size(), 0);
+  RunMerge merge(std::move(runs), begin, std::move(end));
+  uint64_t hash = 0, pos = 0;
+  const uint8_t* record = nullptr;
+  while (merge.next(&hash, &pos, &record)) out.add(record);
 }
 
 struct FpDoc {
@@ -211,7 +236,7 @@ class ShardSignatureWriter {
         for (uint64_t k = 0; k < counts.spills; ++k)
           runs.push_back(std::make_unique<StageFileReader>(spill_files_[k * st_.num_bands + b], StageFileKind::BandRun, rb_, run_.settings,
                                                            subject_, true));
-        merge_runs(runs, out);
+        merge_runs(std::move(runs), out);
       }
       out.commit();
     }
@@ -384,44 +409,20 @@ struct CandidateCounts {
   uint64_t records = 0, buckets = 0, candidates = 0, compared = 0, similar = 0;
 };
 
-// Every shard's run of one band over a hash range, merged in (hash, position)
-// order: the global order, as positions order shards, then documents.
-class BandMerge {
- public:
-  BandMerge(const Run& run, uint32_t band, uint32_t r) {
-    const uint32_t rb = band_record_bytes(run.opt.settings);
-    for (uint32_t s = 0; s < run.shards.size(); ++s)  // range 0's task verifies the runs' checksums: each file once
-      runs_.push_back(std::make_unique<StageFileReader>(run.band_path(s, band), StageFileKind::BandRun, rb, run.settings, run.shard_subject(s), r == 0));
-    const auto [lo, hi] = hash_range(runs_, r, run.opt.settings.ranges);
-    at_.resize(runs_.size());
-    end_.resize(runs_.size());
-    for (size_t s = 0; s < runs_.size(); ++s) {
-      at_[s] = lower_bound_hash(*runs_[s], lo);
-      end_[s] = hi ? lower_bound_hash(*runs_[s], *hi) : runs_[s]->count();
-      push(s);
-    }
+// Every shard's run of one band over hash range r, merged in global order.
+RunMerge band_merge(const Run& run, uint32_t band, uint32_t r) {
+  const uint32_t rb = band_record_bytes(run.opt.settings);
+  std::vector<std::unique_ptr<StageFileReader>> runs;
+  for (uint32_t s = 0; s < run.shards.size(); ++s)  // range 0's task verifies the runs' checksums: each file once
+    runs.push_back(std::make_unique<StageFileReader>(run.band_path(s, band), StageFileKind::BandRun, rb, run.settings, run.shard_subject(s), r == 0));
+  const auto [lo, hi] = hash_range(runs, r, run.opt.settings.ranges);
+  std::vector<uint64_t> begin, end;
+  for (const auto& f : runs) {
+    begin.push_back(lower_bound_hash(*f, lo));
+    end.push_back(hi ? lower_bound_hash(*f, *hi) : f->count());
   }
-  // The next record (hash, position, the record's bytes); false at the end.
-  bool next(uint64_t* hash, uint64_t* pos, const uint8_t** record) {
-    if (heap_.empty()) return false;
-    const size_t s = std::get<2>(heap_.top());
-    *hash = std::get<0>(heap_.top());
-    *pos = std::get<1>(heap_.top());
-    heap_.pop();
-    *record = runs_[s]->record(at_[s]++);
-    push(s);
-    return true;
-  }
-
- private:
-  void push(size_t s) {
-    if (at_[s] < end_[s]) heap_.emplace(runs_[s]->get<uint64_t>(at_[s]), load_unaligned<uint64_t>(runs_[s]->record(at_[s]) + 8), s);
-  }
-  using Head = std::tuple<uint64_t, uint64_t, size_t>;
-  std::vector<std::unique_ptr<StageFileReader>> runs_;
-  std::vector<uint64_t> at_, end_;
-  std::priority_queue<Head, std::vector<Head>, std::greater<>> heap_;
-};
+  return RunMerge(std::move(runs), std::move(begin), std::move(end));
+}
 
 // Buckets verified in batches on --threads threads, their similar pairs written in bucket order.
 class BucketVerifier {
@@ -475,7 +476,7 @@ class BucketVerifier {
 
 CandidateCounts candidates_task(const Run& run, uint32_t band, uint32_t r, TextSource& texts) {
   const uint32_t rows = rows_per_band(run.opt.settings);
-  BandMerge merge(run, band, r);
+  RunMerge merge = band_merge(run, band, r);
   fs::create_directories(run.opt.work + "/candidates");
   StageFileWriter out(run.candidates_path(band, r), StageFileKind::Candidates, sizeof(PairRecord), run.settings,
                       band * uint64_t{run.opt.settings.ranges} + r);
