@@ -1,6 +1,20 @@
 #include "common/dedup/lsh.h"
 
+#include "common/core/error.h"
+
 namespace zlm {
+
+BucketRule lsh_rule(uint32_t num_seeds, uint32_t num_bands, double threshold, int heuristic_iter, const std::string& jaccard) {
+  if (num_bands == 0 || num_seeds % num_bands != 0)
+    throw Error(ErrorKind::Usage, "--num-seeds (%u) must be a multiple of --num-bands (%u)", num_seeds, num_bands);
+  if (heuristic_iter == 0 || heuristic_iter < -1) throw Error(ErrorKind::Usage, "--heuristic-iter must be >= 1 or -1");
+  JaccardMode mode;
+  if (jaccard == "union") mode = JaccardMode::Union;
+  else if (jaccard == "min") mode = JaccardMode::Min;
+  else if (jaccard == "max") mode = JaccardMode::Max;
+  else throw Error(ErrorKind::Usage, "--jaccard must be union, min or max (got '%s')", jaccard.c_str());
+  return {.threshold = threshold, .heuristic_iter = heuristic_iter, .mode = mode};
+}
 
 void verify_bucket(std::span<const uint32_t> docs, const BucketRule& rule,
                    const std::function<const std::vector<uint64_t>&(uint32_t)>& shingles_of,

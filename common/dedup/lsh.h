@@ -18,6 +18,7 @@
 #include <functional>
 #include <optional>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "common/dedup/minhash.h"
@@ -29,6 +30,11 @@ struct BucketRule {
   int heuristic_iter = 1;  // rounds; -1: until exhausted
   JaccardMode mode = JaccardMode::Union;
 };
+
+// The rule of --jaccard-threshold, --heuristic-iter and --jaccard (union, min,
+// max) for bands of --num-seeds / --num-bands rows: the flags checked, each bad
+// one a usage error naming it (find_duplicates and near_dedup take the same flags).
+BucketRule lsh_rule(uint32_t num_seeds, uint32_t num_bands, double threshold, int heuristic_iter, const std::string& jaccard);
 
 // shingles_of(doc) returns the sorted, unique shingle hashes of doc (the
 // caller may cache them); known(main, other) a similarity computed before, if

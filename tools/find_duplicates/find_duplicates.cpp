@@ -64,13 +64,6 @@ struct FpState {
   std::string detail;
 };
 
-JaccardMode parse_mode(const std::string& s) {
-  if (s == "union") return JaccardMode::Union;
-  if (s == "min") return JaccardMode::Min;
-  if (s == "max") return JaccardMode::Max;
-  throw Error(ErrorKind::Usage, "--jaccard must be union, min or max (got '%s')", s.c_str());
-}
-
 // Streams the lines of one input spec; calls fn(doc_source, text, id) for good
 // records in order, and bad(file:line message) for the others.
 class InputScanner {
@@ -372,10 +365,7 @@ PairCounts find_pairs(const FindDuplicatesOptions& opt, const Corpus& corpus, ui
 void run(const FindDuplicatesOptions& opt, const CommonFlags& common, Stats& stats) {
   const double t0 = log_elapsed_sec();
   if (opt.inputs.size() % 2 != 0) throw Error(ErrorKind::Usage, "--inputs takes pairs: file key [file key ...]");
-  if (opt.num_bands == 0 || opt.num_seeds % opt.num_bands != 0)
-    throw Error(ErrorKind::Usage, "--num-seeds (%u) must be a multiple of --num-bands (%u)", opt.num_seeds, opt.num_bands);
-  if (opt.heuristic_iter == 0 || opt.heuristic_iter < -1) throw Error(ErrorKind::Usage, "--heuristic-iter must be >= 1 or -1");
-  const JaccardMode mode = parse_mode(opt.jaccard);
+  const JaccardMode mode = lsh_rule(opt.num_seeds, opt.num_bands, opt.jaccard_threshold, opt.heuristic_iter, opt.jaccard).mode;
   const MinHashParams params{.num_seeds = opt.num_seeds, .char_ngram = opt.char_ngram, .seed = opt.seed};
   const std::vector<InputSpec> specs = input_specs(opt, common);
   ThreadArena arena(opt.threads);  // all parallel work of this run on exactly --threads threads

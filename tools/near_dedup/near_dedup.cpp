@@ -63,13 +63,6 @@ uint32_t band_record_bytes(const Settings& s) { return 16 + 4 * rows_per_band(s)
 uint32_t shard_of(uint64_t pos) { return static_cast<uint32_t>(pos >> kShardBits); }
 uint64_t index_of(uint64_t pos) { return pos & (kMaxShardDocs - 1); }
 
-JaccardMode parse_mode(const std::string& s) {
-  if (s == "union") return JaccardMode::Union;
-  if (s == "min") return JaccardMode::Min;
-  if (s == "max") return JaccardMode::Max;
-  throw Error(ErrorKind::Usage, "--jaccard must be union, min or max (got '%s')", s.c_str());
-}
-
 // Everything that makes the stages' files: recorded in each file's header and marker.
 std::string settings_line(const Settings& s, const std::vector<std::string>& shards) {
   std::string line = strprintf("bands=%u seeds=%u ngram=%u seed=%lu jaccard=%s>%.17g iter=%d group>=%.17g key=%s text=%s ranges=%u verify=%u shards=%zu",
@@ -89,9 +82,7 @@ struct Run {
 
   Run(const Options& o, const CommonFlags& c) : opt(o), common(c), shards(shard_files(o)) {
     const Settings& s = o.settings;
-    if (s.num_bands == 0 || s.num_seeds % s.num_bands != 0)
-      throw Error(ErrorKind::Usage, "--num-seeds (%u) must be a multiple of --num-bands (%u)", s.num_seeds, s.num_bands);
-    if (s.heuristic_iter == 0 || s.heuristic_iter < -1) throw Error(ErrorKind::Usage, "--heuristic-iter must be >= 1 or -1");
+    rule = lsh_rule(s.num_seeds, s.num_bands, s.jaccard_threshold, s.heuristic_iter, s.jaccard);
     if (s.ranges == 0) throw Error(ErrorKind::Usage, "--ranges must be at least 1");
     if (s.verify_tasks == 0) throw Error(ErrorKind::Usage, "--verify-tasks must be at least 1");
     if (o.work.empty()) throw Error(ErrorKind::Usage, "give --work DIR (the stages' files)");
@@ -101,7 +92,6 @@ struct Run {
     for (const auto& f : shards) all += "\n" + f;
     settings = XXH64(all.data(), all.size(), 0);
     params = {.num_seeds = s.num_seeds, .char_ngram = s.char_ngram, .seed = s.seed};
-    rule = {.threshold = s.jaccard_threshold, .heuristic_iter = s.heuristic_iter, .mode = parse_mode(s.jaccard)};
   }
 
   uint64_t shard_subject(uint32_t s) const {
