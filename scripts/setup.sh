@@ -18,6 +18,7 @@ APT_PACKAGES=(
   libpsl-dev publicsuffix libcld2-dev
   clang libclang-rt-14-dev
   libgloo-dev libhwy-dev time
+  libcurl4-openssl-dev libmodest-dev openssl
   openmpi-bin
   slurmd slurmctld slurm-client munge
 )
@@ -48,6 +49,8 @@ if [[ "${ZLM_SETUP_PYTHON:-1}" == "1" ]]; then
     PY=python3
     [[ -x .venv/bin/python ]] || { log "creating .venv"; $PY -m venv .venv; }
     log "installing Python packages from $REQ into .venv (torch is large: first run takes minutes)"
+    # pip 23's resolver fails on lxml[html_clean] asked for under two spellings (readability-lxml, jusText)
+    .venv/bin/pip install -q --disable-pip-version-check pip==25.3 >&2
     .venv/bin/pip install -q --disable-pip-version-check -r "$REQ" >&2
     echo "$want" > "$STAMP"
   fi
