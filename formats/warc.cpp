@@ -34,8 +34,8 @@ std::string gzip_member(std::string_view data) {
   return out;
 }
 
-// Inflates a whole zlib, gzip or raw-deflate body.
-bool inflate_all(std::string_view in, std::string& out, std::string& error) {
+// Inflates a whole zlib, gzip or raw-deflate body, up to max_out bytes.
+bool inflate_all(std::string_view in, std::string& out, std::string& error, uint64_t max_out) {
   for (int bits : {15 + 32, -15}) {
     z_stream z{};
     if (inflateInit2(&z, bits) != Z_OK) break;
@@ -50,6 +50,11 @@ bool inflate_all(std::string_view in, std::string& out, std::string& error) {
       rc = inflate(&z, Z_NO_FLUSH);
       out.append(buf, sizeof buf - z.avail_out);
       if (rc == Z_BUF_ERROR && z.avail_in == 0) break;
+      if (out.size() > max_out) {
+        inflateEnd(&z);
+        error = "body over " + std::to_string(max_out) + " bytes once decompressed";
+        return false;
+      }
     }
     inflateEnd(&z);
     if (rc == Z_STREAM_END) return true;
@@ -58,7 +63,7 @@ bool inflate_all(std::string_view in, std::string& out, std::string& error) {
   return false;
 }
 
-bool unzstd_all(std::string_view in, std::string& out, std::string& error) {
+bool unzstd_all(std::string_view in, std::string& out, std::string& error, uint64_t max_out) {
   std::unique_ptr<ZSTD_DStream, size_t (*)(ZSTD_DStream*)> ds(ZSTD_createDStream(), ZSTD_freeDStream);
   ZSTD_initDStream(ds.get());
   ZSTD_inBuffer input{in.data(), in.size(), 0};
@@ -73,6 +78,10 @@ bool unzstd_all(std::string_view in, std::string& out, std::string& error) {
       return false;
     }
     out.append(buf, output.pos);
+    if (out.size() > max_out) {
+      error = "body over " + std::to_string(max_out) + " bytes once decompressed";
+      return false;
+    }
     if (output.pos == 0 && input.pos == input.size) break;
   }
   return true;
@@ -93,7 +102,7 @@ bool dechunk(std::string_view in, std::string& out, std::string& error) {
     }
     pos = eol + 2;
     if (size == 0) break;
-    if (pos + size > in.size()) {
+    if (size > in.size() - pos) {
       out.append(in.substr(pos));
       break;
     }
@@ -155,7 +164,7 @@ struct WarcReader::Inflate {
   bool member_done = false;
 };
 
-WarcReader::WarcReader(std::string path) : path_(std::move(path)) {
+WarcReader::WarcReader(std::string path, uint64_t max_block) : path_(std::move(path)), max_block_(max_block) {
   file_ = std::fopen(path_.c_str(), "rb");
   if (!file_) throw_errno("cannot open WARC", path_);
   unsigned char magic[2] = {0, 0};
@@ -244,6 +253,10 @@ bool WarcReader::next(WarcRecord& record) {
   if (length < 0)
     throw Error(ErrorKind::Format, "%s: byte %llu: WARC record without Content-Length", path_.c_str(),
                 static_cast<unsigned long long>(record.offset));
+  if (static_cast<uint64_t>(length) > max_block_)
+    throw Error(ErrorKind::Format, "%s: byte %llu: WARC record of %lld bytes, over the %llu this reader takes",
+                path_.c_str(), static_cast<unsigned long long>(record.offset), length,
+                static_cast<unsigned long long>(max_block_));
   pos_ = header_end + 4;
   if (!fill(static_cast<size_t>(length)))
     throw Error(ErrorKind::Format, "%s: byte %llu: WARC record cut short (%lld bytes of block announced, %zu there)",
@@ -253,7 +266,7 @@ bool WarcReader::next(WarcRecord& record) {
   return true;
 }
 
-bool parse_http_response(std::string_view block, HttpResponse& out, std::string& error) {
+bool parse_http_response(std::string_view block, HttpResponse& out, std::string& error, uint64_t max_body) {
   out = {};
   size_t head_end = block.find("\r\n\r\n");
   size_t body_start = head_end + 4;
@@ -291,10 +304,10 @@ bool parse_http_response(std::string_view block, HttpResponse& out, std::string&
   }
   encoding = ascii_lower(encoding);
   if (encoding == "gzip" || encoding == "x-gzip" || encoding == "deflate") {
-    if (!inflate_all(body, decoded, error)) return false;
+    if (!inflate_all(body, decoded, error, max_body)) return false;
     body.swap(decoded);
   } else if (encoding == "zstd") {
-    if (!unzstd_all(body, decoded, error)) return false;
+    if (!unzstd_all(body, decoded, error, max_body)) return false;
     body.swap(decoded);
   } else if (!encoding.empty() && encoding != "identity") {
     error = "content-encoding '" + encoding + "' not supported";

@@ -57,7 +57,8 @@ struct WarcRecord {
 
 class WarcReader {
  public:
-  explicit WarcReader(std::string path);  // throws Error(Io) when it cannot be opened
+  // Throws Error(Io) when it cannot be opened; a record over max_block bytes is a Format error.
+  explicit WarcReader(std::string path, uint64_t max_block = uint64_t{1} << 30);
   ~WarcReader();
   WarcReader(const WarcReader&) = delete;
   WarcReader& operator=(const WarcReader&) = delete;
@@ -73,6 +74,7 @@ class WarcReader {
   std::string buffer_;
   size_t pos_ = 0;
   uint64_t consumed_ = 0;  // uncompressed bytes before buffer_[0]
+  uint64_t max_block_;
   bool eof_ = false;
 };
 
@@ -85,7 +87,9 @@ struct HttpResponse {
   std::vector<std::pair<std::string, std::string>> headers;
   std::string body;
 };
-// False (with `error` set) when the block is not an HTTP response or its body cannot be decoded.
-bool parse_http_response(std::string_view block, HttpResponse& out, std::string& error);
+// False (with `error` set) when the block is not an HTTP response or its body cannot be
+// decoded or decompresses to more than max_body bytes.
+bool parse_http_response(std::string_view block, HttpResponse& out, std::string& error,
+                         uint64_t max_body = uint64_t{1} << 30);
 
 }  // namespace zlm::formats

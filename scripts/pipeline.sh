@@ -1,13 +1,19 @@
 #!/usr/bin/env bash
 # The OpenWebText recipe of Megatron-LM's tools/openwebtext, with zerolm's tools:
 #
-#   blacklist_urls -> (your downloader makes raw.jsonl from the clean URLs) -> cleanup
-#   -> find_duplicates -> group_dups -> dedup -> shuffle -> preprocess_data
+#   blacklist_urls -> download_urls -> cleanup -> find_duplicates -> group_dups -> dedup
+#   -> shuffle -> preprocess_data
 #
 # Usage:
-#   scripts/pipeline.sh --raw RAW.jsonl --work DIR [--vocab-file V --merge-file M]
-#                       [--urls DIR_OR_FILE] [--skip STAGE]... [--threads N] [--seed N]
-#                       [--group-threshold T] [--key url] [--output-name NAME]
+#   scripts/pipeline.sh --urls DIR_OR_FILE --work DIR [--download-procs N] [--download-arg ARG]...
+#   scripts/pipeline.sh --raw RAW.jsonl --work DIR [--urls DIR_OR_FILE]
+#     common: [--vocab-file V --merge-file M] [--skip STAGE]... [--threads N] [--seed N]
+#             [--group-threshold T] [--key url] [--output-name NAME]
+#
+# With --urls alone the URL lists are cleaned (blacklist_urls) and fetched
+# (download_urls --n_procs N, default 50, plus each --download-arg; its per-URL
+# outcomes in DIR/download.meta.jsonl) into DIR/raw.json; with --raw the documents
+# are given and --urls only cleans the lists.
 #
 # Every stage writes into DIR and records what made its output (DIR/.records/STAGE:
 # its settings, and each input's size, mtime and checksums of its first and last
@@ -25,13 +31,16 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BIN=${BIN:-$ROOT/build/bin}
 RAW="" WORK="" URLS="" VOCAB="" MERGES="" THREADS=$(nproc) SEED=1234 GROUP_T=0.7 KEY=url NAME=gpt2
+DOWNLOAD_PROCS=50 DOWNLOAD_ARGS=()
 declare -A SKIP=()
-usage() { sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-2}"; }
+usage() { sed -n '2,32p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-2}"; }
 while (($#)); do
   case $1 in
     --raw) RAW=$2; shift 2 ;;
     --work) WORK=$2; shift 2 ;;
     --urls) URLS=$2; shift 2 ;;
+    --download-procs) DOWNLOAD_PROCS=$2; shift 2 ;;
+    --download-arg) DOWNLOAD_ARGS+=("$2"); shift 2 ;;
     --vocab-file) VOCAB=$2; shift 2 ;;
     --merge-file) MERGES=$2; shift 2 ;;
     --threads) THREADS=$2; shift 2 ;;
@@ -42,18 +51,20 @@ while (($#)); do
     --skip)
       case $2 in
         blacklist_urls|cleanup|find_duplicates|group_dups|dedup|shuffle|preprocess_data) SKIP[$2]=1; shift 2 ;;
-        *) echo "pipeline.sh: --skip '$2' is no stage (blacklist_urls cleanup find_duplicates group_dups dedup shuffle preprocess_data)" >&2
+        *) echo "pipeline.sh: --skip '$2' is no stage (blacklist_urls cleanup find_duplicates group_dups dedup shuffle preprocess_data;" \
+                "download_urls runs when --urls comes without --raw)" >&2
            exit 2 ;;
       esac ;;
     -h|--help) usage 0 ;;
     *) echo "pipeline.sh: unknown argument '$1'" >&2; usage ;;
   esac
 done
-[[ -n $RAW && -n $WORK ]] || { echo "pipeline.sh: --raw and --work are required" >&2; usage; }
+[[ (-n $RAW || -n $URLS) && -n $WORK ]] || { echo "pipeline.sh: --work and --raw or --urls are required" >&2; usage; }
 TOKENIZER=()  # none given: the tools' own GPT-2 files
 [[ -n $VOCAB ]] && TOKENIZER+=(--vocab-file "$VOCAB")
 [[ -n $MERGES ]] && TOKENIZER+=(--merge-file "$MERGES")
-[[ -f $RAW ]] || { echo "pipeline.sh: --raw '$RAW' does not exist" >&2; exit 2; }
+[[ -z $RAW || -f $RAW ]] || { echo "pipeline.sh: --raw '$RAW' does not exist" >&2; exit 2; }
+[[ -n $RAW || -z ${SKIP[blacklist_urls]:-} ]] || { echo "pipeline.sh: --skip blacklist_urls needs --raw (download_urls fetches the clean list)" >&2; exit 2; }
 mkdir -p "$WORK"
 SUMMARY=()
 # Lines of a JSONL/text file; documents of a Megatron dataset (.idx).
@@ -161,7 +172,15 @@ IN_URLS=("$URLS")
 if [[ -n $URLS ]]; then
   stage blacklist_urls "$WORK/urls.clean.txt" IN_URLS \
     "$BIN/blacklist_urls" "$URLS" "$WORK/urls.clean.txt" --rejected-out "$WORK/urls.rejected.tsv" --threads "$THREADS"
-  echo "clean URL list: $WORK/urls.clean.txt (download it with your OpenWebText downloader into the --raw JSONL)" >&2
+  if [[ -z $RAW ]]; then
+    # download_urls resumes an interrupted fetch by itself (raw.json.resume); the stage record redoes it
+    # when the clean list or the flags change.
+    RAW=$WORK/raw.json
+    IN_CLEAN=("$WORK/urls.clean.txt")
+    stage download_urls "$RAW" IN_CLEAN \
+      "$BIN/download_urls" "$WORK/urls.clean.txt" --output "$RAW" --n_procs "$DOWNLOAD_PROCS" \
+      --meta-out "$WORK/download.meta.jsonl" "${DOWNLOAD_ARGS[@]}" --threads "$THREADS"
+  fi
 fi
 
 CLEANED=$WORK/cleaned.jsonl

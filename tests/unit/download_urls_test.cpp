@@ -110,9 +110,19 @@ TEST(HtmlText, SurvivesAnyInput) {
   deep += "<p>Deep down, a paragraph long enough to be kept, with a comma, and a full stop.</p>";
   EXPECT_NE(extract_main_text(deep).find("Deep down"), std::string::npos);
   for (int i = 0; i < 100000; ++i) deep += "<div>";  // beyond kMaxOpenTags: refused at once
+  EXPECT_TRUE(extract_page(deep).too_deep);
+  for (int i = 0; i < 100000; ++i) deep += "</a>";  // stray close tags close nothing
+  EXPECT_TRUE(extract_page(deep).too_deep);
+  for (int i = 0; i < 100000; ++i) deep += "</div>";  // the peak counts, not the end
   const ExtractedPage refused = extract_page(deep);
   EXPECT_TRUE(refused.too_deep);
   EXPECT_EQ(refused.text, "");
+  // Many elements a parser closes by itself, and tags inside scripts, are no depth.
+  std::string flat = "<script>";
+  for (int i = 0; i < 20000; ++i) flat += "<div>";
+  flat += "</script>";
+  for (int i = 0; i < 20000; ++i) flat += "<p>a paragraph<li>an item<a href=x>a link";
+  EXPECT_FALSE(extract_page(flat).too_deep);
   std::string broken = "<p>unclosed <b>bold <i>italic <table><tr><td>cell</p></div></span>";
   EXPECT_NO_THROW(extract_main_text(broken));
 }
@@ -190,6 +200,17 @@ TEST(Warc, HttpBodiesChunkedAndCompressed) {
   EXPECT_FALSE(formats::parse_http_response("HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\n\r\nnot gzip", http, error));
   EXPECT_NE(error.find("gzip"), std::string::npos);
   EXPECT_FALSE(formats::parse_http_response("GET / HTTP/1.1\r\n\r\n", http, error));
+  // A chunk size near 2^64 (an overflow once, an endless loop) ends the body.
+  ASSERT_TRUE(formats::parse_http_response(
+      "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n1\r\nA\r\nFFFFFFFFFFFFFFEC\r\nxyz", http, error));
+  EXPECT_EQ(http.body, "Axyz");
+  // A body over the cap once decompressed is refused, not inflated without end.
+  std::string zeros(1 << 20, '\0');
+  formats::WarcFields f;
+  const std::string member = formats::warc_record_gz(f, zeros);  // a gzip member of 1 MiB and more
+  EXPECT_FALSE(formats::parse_http_response("HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\n\r\n" + member, http,
+                                            error, 4096));
+  EXPECT_NE(error.find("over 4096 bytes"), std::string::npos) << error;
 }
 
 TEST(Fetcher, HostsAndTypes) {

@@ -174,8 +174,12 @@ std::string canonical_charset(std::string_view label) {
 
 DecodedPage decode_page(std::string_view body, std::string_view content_type, bool html) {
   DecodedPage page;
-  auto take_utf8 = [&](std::string_view bytes, const char* source) {
-    page.replaced = sanitize_utf8(bytes, page.utf8);
+  auto take_utf8 = [&](std::string_view bytes, const char* source, bool valid = false) {
+    if (valid) {
+      page.utf8.assign(bytes);
+    } else {
+      page.replaced = sanitize_utf8(bytes, page.utf8);
+    }
     page.charset = "UTF-8";
     page.source = source;
     return page;
@@ -197,13 +201,13 @@ DecodedPage decode_page(std::string_view body, std::string_view content_type, bo
     if (label.rfind("UTF-16", 0) == 0) label = "UTF-8";  // the WHATWG rule: a page read as ASCII cannot be UTF-16
     source = "meta";
   }
-  if (label == "UTF-8" && (valid_utf8 || mostly_utf8(body, 1))) return take_utf8(body, source);
+  if (label == "UTF-8" && (valid_utf8 || mostly_utf8(body, 1))) return take_utf8(body, source, valid_utf8);
   if (!label.empty() && label != "UTF-8" && convert_with_icu(body, label, page)) {
     page.source = source;
     return page;
   }
   // 4. No usable label (or UTF-8 declared over other bytes): valid UTF-8 stays UTF-8, otherwise ICU's guess.
-  if (valid_utf8 || mostly_utf8(body, 4)) return take_utf8(body, "utf-8");
+  if (valid_utf8 || mostly_utf8(body, 4)) return take_utf8(body, "utf-8", valid_utf8);
   const std::string guess = detect_charset(body);
   if (!guess.empty() && guess != "UTF-8" && convert_with_icu(body, guess, page)) {
     page.source = "detected";

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <tbb/global_control.h>
 #include <tbb/task_arena.h>
 #include <tbb/task_group.h>
 #include <unistd.h>
@@ -58,6 +59,10 @@ class PartialFile {
   void open(const std::string& final_path, bool resume, uint64_t keep) {
     final_ = final_path;
     partial_ = final_path + ".partial";
+    // A run that stopped while renaming its files into place: take the renamed ones back.
+    if (resume && ::access(partial_.c_str(), F_OK) != 0 && ::access(final_.c_str(), F_OK) == 0 &&
+        std::rename(final_.c_str(), partial_.c_str()) != 0)
+      throw_errno("cannot rename " + final_ + " back to", partial_);
     fd_ = ::open(partial_.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | (resume ? 0 : O_TRUNC), 0644);
     if (fd_ < 0) throw_errno("cannot open output", partial_);
     struct stat st {};
@@ -189,7 +194,18 @@ std::string http_block(const FetchResult& r) {
   return block;
 }
 
-Record make_record(FetchResult&& r, const DownloadOptions& o, const std::string& warc_date) {
+// Server- and input-given text as valid UTF-8 for the JSON lines.
+std::string clean_utf8(const std::string& s) {
+  std::string out;
+  sanitize_utf8(s, out);
+  return out;
+}
+
+// The requested URL, when a WARC record's target is where a redirect led (our own field:
+// WARC/1.1 has none for it).
+constexpr const char* kRequestedUriField = "Zerolm-Requested-URI";
+
+Record make_record(FetchResult&& r, const DownloadOptions& o, const std::string& run_id) {
   Record rec;
   std::string text, charset;
   if (r.reason == Reason::Ok && looks_binary(r.body)) {
@@ -216,36 +232,53 @@ Record make_record(FetchResult&& r, const DownloadOptions& o, const std::string&
       formats::WarcFields f;
       f.type = "response";
       f.target_uri = r.final_url.empty() ? r.url : r.final_url;
-      f.date = warc_date;
-      XXH128_hash_t h = XXH3_128bits_withSeed(r.url.data(), r.url.size(), r.index);
+      f.date = formats::warc_date_now();
+      const std::string id_key = run_id + " " + std::to_string(r.index) + " " + r.url;
+      XXH128_hash_t h = XXH3_128bits(id_key.data(), id_key.size());
       f.record_id = formats::warc_record_id(h.high64, h.low64);
       f.content_type = "application/http;msgtype=response";
       if (!r.remote_ip.empty()) f.extra.emplace_back("WARC-IP-Address", r.remote_ip);
-      if (f.target_uri != r.url) f.extra.emplace_back("WARC-Refers-To-Target-URI", r.url);
+      if (f.target_uri != r.url) f.extra.emplace_back(kRequestedUriField, r.url);
       rec.warc = formats::warc_record_gz(f, http_block(r));
     }
   }
   rec.reason = r.reason;
   if (r.reason == Reason::Ok) {
     JsonObject line;
-    line.add("text", text).add("url", r.url);
+    line.add("text", text).add("url", clean_utf8(r.url));
     rec.out_line = line.str() + "\n";
   }
   if (!o.meta_out.empty()) {
     JsonObject m;
-    m.add("url", r.url).add("reason", reason_name(r.reason)).add("status", static_cast<int64_t>(r.status));
-    m.add("final_url", r.final_url).add("content_type", r.content_type);
+    m.add("url", clean_utf8(r.url)).add("reason", reason_name(r.reason)).add("status", static_cast<int64_t>(r.status));
+    m.add("final_url", clean_utf8(r.final_url)).add("content_type", clean_utf8(r.content_type));
     m.add("bytes", static_cast<uint64_t>(r.body.size())).add("seconds", r.seconds);
     m.add("attempts", static_cast<int64_t>(r.attempts)).add("charset", charset);
-    m.add("text_chars", static_cast<uint64_t>(utf8_length(text))).add("detail", r.detail);
+    m.add("text_chars", static_cast<uint64_t>(utf8_length(text))).add("detail", clean_utf8(r.detail));
     rec.meta_line = m.str() + "\n";
   }
   return rec;
 }
 
+// make_record, and a record of reason "other" if it throws (a bug or memory exhausted on one
+// page must not leave a hole that stops the ordered output forever).
+Record make_record_safely(FetchResult&& r, const DownloadOptions& o, const std::string& run_id) {
+  FetchResult copy_for_error;
+  copy_for_error.index = r.index;
+  copy_for_error.url = r.url;
+  try {
+    return make_record(std::move(r), o, run_id);
+  } catch (const std::exception& e) {
+    copy_for_error.reason = Reason::Other;
+    copy_for_error.detail = std::string("extraction failed: ") + e.what();
+    return make_record(std::move(copy_for_error), o, run_id);
+  }
+}
+
 // Writes records in index order, whatever order they are made in, and saves the resume state.
 class OrderedWriter {
  public:
+  // settings empty: not resumable (--from-warc), no state file.
   OrderedWriter(const DownloadOptions& o, const ResumeState& resumed, bool resume, std::string settings)
       : o_(o), state_path_(o.output + ".resume"), settings_(std::move(settings)), next_(resumed.done) {
     output_.open(o.output, resume, resumed.output_bytes);
@@ -300,7 +333,8 @@ class OrderedWriter {
     output_.sync();
     meta_.sync();
     warc_.sync();
-    write_file_atomic(state_path_, format_state({settings_, next_, output_.size(), meta_.size(), warc_.size()}));
+    if (!settings_.empty())
+      write_file_atomic(state_path_, format_state({settings_, next_, output_.size(), meta_.size(), warc_.size()}));
     last_checkpoint_ = std::chrono::steady_clock::now();
   }
 
@@ -309,7 +343,7 @@ class OrderedWriter {
     meta_.publish();
     warc_.publish();
     output_.publish();
-    ::unlink(state_path_.c_str());
+    if (!settings_.empty()) ::unlink(state_path_.c_str());
   }
 
   uint64_t written() const { return next_; }
@@ -324,6 +358,28 @@ class OrderedWriter {
   uint64_t next_;
   uint64_t counts_[kReasonCount] = {};
   std::chrono::steady_clock::time_point last_checkpoint_;
+};
+
+// `threads` extraction threads besides the calling one, which only submits: it fetches
+// and writes. The global limit is raised so that they exist even when the process may
+// use one CPU (taskset), where oneTBB would otherwise give the arena no worker at all.
+class ExtractionPool {
+ public:
+  explicit ExtractionPool(int threads)
+      : limit_(tbb::global_control::max_allowed_parallelism, static_cast<size_t>(threads) + 1),
+        arena_(threads + 1, 1) {}
+  template <class F>
+  void submit(F&& f) {
+    arena_.execute([&] { tasks_.run(std::forward<F>(f)); });
+  }
+  void wait() {
+    arena_.execute([&] { tasks_.wait(); });
+  }
+
+ private:
+  tbb::global_control limit_;
+  tbb::task_arena arena_;
+  tbb::task_group tasks_;
 };
 
 void report(Stats& stats, const uint64_t* counts, uint64_t urls, double elapsed) {
@@ -385,14 +441,11 @@ int run_download(const DownloadOptions& o, const CommonFlags& common, Stats& sta
                      .interval_sec = common.progress_sec, .enabled = !common.no_progress && !common.quiet,
                      .extra_label = "pages"});
   const size_t window = o.window ? o.window : std::max<size_t>(1024, 16 * static_cast<size_t>(o.fetch.connections));
-  tbb::task_arena arena(o.threads);
-  tbb::task_group tasks;
-  const std::string warc_date = formats::warc_date_now();
+  ExtractionPool pool(o.threads);
+  const std::string run_id = formats::warc_date_now() + " " + std::to_string(::getpid());
   Fetcher fetcher(o.fetch);
   bool input_done = false;
   auto next = [&](bool& more) -> std::optional<Fetcher::Work> {
-    writer.drain();
-    progress.maybe_report();
     more = !input_done;
     while (!input_done && index < writer.written() + window) {
       if (!reader.next(line)) {
@@ -407,17 +460,22 @@ int run_download(const DownloadOptions& o, const CommonFlags& common, Stats& sta
     return std::nullopt;
   };
   auto done = [&](FetchResult&& r) {
-    arena.execute([&] {
-      tasks.run([&, r = std::make_shared<FetchResult>(std::move(r))] {
-        const uint64_t i = r->index, body_bytes = r->body.size();
-        Record rec = make_record(std::move(*r), o, warc_date);
-        progress.add(1, body_bytes, rec.reason == Reason::Ok);
-        writer.put(i, std::move(rec));
-      });
+    pool.submit([&, r = std::make_shared<FetchResult>(std::move(r))] {
+      const uint64_t i = r->index, body_bytes = r->body.size();
+      Record rec = make_record_safely(std::move(*r), o, run_id);
+      progress.add(1, body_bytes, rec.reason == Reason::Ok);
+      writer.put(i, std::move(rec));
     });
   };
-  fetcher.run(next, done, [] { return g_signal.load() != 0; });
-  arena.execute([&] { tasks.wait(); });
+  // Polled on every turn of the fetch loop, also after the last URL was read: written records
+  // are saved while the last transfers and their retries finish.
+  auto tick = [&] {
+    writer.drain();
+    progress.maybe_report();
+    return g_signal.load() != 0;
+  };
+  fetcher.run(next, done, tick);
+  pool.wait();
   writer.drain();
   progress.finish();
   const bool interrupted = g_signal.load() != 0 || writer.written() < index;
@@ -442,14 +500,19 @@ namespace {
 
 int run_from_warc(const DownloadOptions& o, const CommonFlags& common, Stats& stats) {
   if (!o.warc_out.empty()) throw Error(ErrorKind::Usage, "--warc-out cannot be used with --from-warc (the WARC is the input)");
+  if (!o.restart && ::access((o.output + ".resume").c_str(), F_OK) == 0)
+    throw Error(ErrorKind::Usage,
+                "%s.resume holds an interrupted download into %s; finish it first, choose another --output, "
+                "or pass --restart to discard it",
+                o.output.c_str(), o.output.c_str());
+  ::unlink((o.output + ".resume").c_str());  // --restart: the interrupted download is given up
   const auto t0 = std::chrono::steady_clock::now();
   formats::WarcReader reader(o.from_warc);
   ResumeState none;
-  OrderedWriter writer(o, none, false, "from-warc");
+  OrderedWriter writer(o, none, false, "");
   Progress progress({.label = "records", .interval_sec = common.progress_sec,
                      .enabled = !common.no_progress && !common.quiet, .extra_label = "pages"});
-  tbb::task_arena arena(o.threads);
-  tbb::task_group tasks;
+  ExtractionPool pool(o.threads);
   formats::WarcRecord rec;
   uint64_t index = 0, skipped = 0, unreadable = 0;
   while (reader.next(rec)) {
@@ -459,11 +522,12 @@ int run_from_warc(const DownloadOptions& o, const CommonFlags& common, Stats& st
     }
     FetchResult r;
     r.index = index;
-    r.url = rec.field("WARC-Target-URI");
-    r.final_url = r.url;
+    r.final_url = rec.field("WARC-Target-URI");
+    r.url = rec.field(kRequestedUriField);
+    if (r.url.empty()) r.url = r.final_url;
     formats::HttpResponse http;
     std::string error;
-    if (!formats::parse_http_response(rec.block, http, error)) {
+    if (!formats::parse_http_response(rec.block, http, error, o.fetch.max_bytes)) {
       ++unreadable;
       r.reason = Reason::BadEncoding;
       r.detail = strprintf("WARC record at byte %llu: %s", static_cast<unsigned long long>(rec.offset), error.c_str());
@@ -474,12 +538,10 @@ int run_from_warc(const DownloadOptions& o, const CommonFlags& common, Stats& st
       const bool ok_type = accepted_content_type(r.content_type.c_str());
       r.reason = http.status < 200 || http.status >= 300 ? Reason::HttpStatus : ok_type ? Reason::Ok : Reason::NotHtml;
     }
-    arena.execute([&] {
-      tasks.run([&, r = std::make_shared<FetchResult>(std::move(r)), i = index] {
-        Record out = make_record(std::move(*r), o, "");
-        progress.add(1, 0, out.reason == Reason::Ok);
-        writer.put(i, std::move(out));
-      });
+    pool.submit([&, r = std::make_shared<FetchResult>(std::move(r)), i = index] {
+      Record out = make_record_safely(std::move(*r), o, "");
+      progress.add(1, 0, out.reason == Reason::Ok);
+      writer.put(i, std::move(out));
     });
     ++index;
     while (index > writer.written() + 4096) {
@@ -488,7 +550,7 @@ int run_from_warc(const DownloadOptions& o, const CommonFlags& common, Stats& st
     }
     progress.maybe_report();
   }
-  arena.execute([&] { tasks.wait(); });
+  pool.wait();
   writer.drain();
   progress.finish();
   const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -187,6 +187,9 @@ struct Fetcher::Impl {
   std::unordered_map<std::string, Host> hosts;
   std::vector<std::string> waiting_hosts;  // hosts with a non-empty queue (may hold stale entries)
   std::vector<Job> retries;                // a min-heap on ready_at
+  // Idle hosts whose --host-delay has not passed: forgotten once it has (a min-heap on the time).
+  std::priority_queue<std::pair<double, std::string>, std::vector<std::pair<double, std::string>>,
+                      std::greater<>> cooling;
   std::function<void(FetchResult&&)> done;
   size_t queued = 0;
 };
@@ -220,7 +223,8 @@ void Fetcher::Impl::start(Job job) {
   curl_easy_setopt(e, CURLOPT_MAXREDIRS, static_cast<long>(opt.max_redirects));
   curl_easy_setopt(e, CURLOPT_AUTOREFERER, 1L);
   curl_easy_setopt(e, CURLOPT_ACCEPT_ENCODING, "");  // every encoding this libcurl decodes
-  curl_easy_setopt(e, CURLOPT_COOKIEFILE, "");       // cookies kept across this URL's redirects
+  curl_easy_setopt(e, CURLOPT_COOKIEFILE, "");       // cookies kept across this URL's redirects,
+  curl_easy_setopt(e, CURLOPT_COOKIELIST, "ALL");    // and none from the handle's earlier URLs
   curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(opt.connect_timeout_sec * 1000));
   curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, static_cast<long>(opt.timeout_sec * 1000));
   curl_easy_setopt(e, CURLOPT_LOW_SPEED_LIMIT, opt.low_speed_bytes);
@@ -316,8 +320,12 @@ void Fetcher::Impl::finish(CURL* easy, CURLcode code) {
   --host->second.active;
   if (!host->second.queue.empty()) {
     waiting_hosts.push_back(t->job.host);
-  } else if (host->second.active == 0 && host->second.next_start <= now_sec()) {
-    hosts.erase(host);
+  } else if (host->second.active == 0) {
+    if (host->second.next_start <= now_sec()) {
+      hosts.erase(host);
+    } else {
+      cooling.emplace(host->second.next_start, t->job.host);
+    }
   }
   Job job = std::move(t->job);
   const double t1 = now_sec();
@@ -398,11 +406,21 @@ void Fetcher::run(const std::function<std::optional<Work>(bool& more)>& next,
       if (!host.queue.empty()) {
         still_waiting.push_back(name);
         if (host.next_start > now) next_wake = std::min(next_wake, host.next_start);
-      } else if (host.active == 0 && host.next_start <= now) {
-        impl.hosts.erase(it);  // forget idle hosts (a crawl meets millions)
+      } else if (host.active == 0) {
+        if (host.next_start <= now) {
+          impl.hosts.erase(it);  // forget idle hosts (a crawl meets millions)
+        } else {
+          impl.cooling.emplace(host.next_start, name);
+        }
       }
     }
     impl.waiting_hosts.swap(still_waiting);
+    while (!impl.cooling.empty() && impl.cooling.top().first <= now) {
+      auto it = impl.hosts.find(impl.cooling.top().second);
+      if (it != impl.hosts.end() && it->second.active == 0 && it->second.queue.empty() && it->second.next_start <= now)
+        impl.hosts.erase(it);
+      impl.cooling.pop();
+    }
     if (!impl.retries.empty()) next_wake = std::min(next_wake, impl.retries.front().ready_at);
     if (impl.active.empty() && impl.queued == 0 && impl.retries.empty() && !more) break;
     int running = 0;

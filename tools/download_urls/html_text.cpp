@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <unordered_map>
 #include <vector>
 
 namespace zlm::web {
@@ -83,12 +84,24 @@ TextCounts count_text(std::string_view s) {
   return c;
 }
 
-bool contains_any(std::string_view hay, std::initializer_list<std::string_view> needles) {
-  if (hay.empty()) return false;
-  for (std::string_view n : needles)
-    if (hay.find(n) != std::string_view::npos) return true;
-  return false;
-}
+// A set of words looked for anywhere in a class or id: one pass over the text,
+// comparing only the words that start with each byte.
+class WordSet {
+ public:
+  WordSet(std::initializer_list<std::string_view> words) {
+    for (std::string_view w : words) by_first_[static_cast<unsigned char>(w[0])].push_back(w);
+  }
+  bool any_in(std::string_view hay) const {
+    for (size_t i = 0; i < hay.size(); ++i) {
+      for (std::string_view w : by_first_[static_cast<unsigned char>(hay[i])])
+        if (hay.compare(i, w.size(), w) == 0) return true;
+    }
+    return false;
+  }
+
+ private:
+  std::array<std::vector<std::string_view>, 256> by_first_;
+};
 
 // Elements whose content is never text of the page.
 bool never_text(myhtml_tag_id_t tag) {
@@ -137,27 +150,25 @@ bool breaks_paragraph(myhtml_tag_id_t t) {
 
 // Class and id words that mark boilerplate, unless a content word is there too.
 bool unlikely_candidate(std::string_view class_id) {
-  return contains_any(class_id, {"-ad-", "ai2html", "banner", "breadcrumb", "combx", "comment", "community",
+  static const WordSet kUnlikely = {"-ad-", "ai2html", "banner", "breadcrumb", "combx", "comment", "community",
                                  "cover-wrap", "disqus", "extra", "footer", "gdpr", "header", "legends", "menu",
                                  "related", "remark", "replies", "rss", "shoutbox", "sidebar", "skyscraper",
                                  "social", "sponsor", "supplemental", "ad-break", "agegate", "pagination", "pager",
                                  "popup", "yom-remote", "newsletter", "share", "subscribe", "cookie", "outbrain",
-                                 "taboola", "promo", "signup", "paywall"}) &&
-         !contains_any(class_id, {"article", "body", "column", "content", "main", "shadow", "story", "post-text"});
+                                 "taboola", "promo", "signup", "paywall"};
+  static const WordSet kMaybe = {"article", "body", "column", "content", "main", "shadow", "story", "post-text"};
+  return kUnlikely.any_in(class_id) && !kMaybe.any_in(class_id);
 }
 
 int class_weight_of(std::string_view s) {
   if (s.empty()) return 0;
-  int w = 0;
-  if (contains_any(s, {"-ad-", "hidden", "banner", "combx", "comment", "com-", "contact", "foot", "gdpr",
+  static const WordSet kNegative = {"-ad-", "hidden", "banner", "combx", "comment", "com-", "contact", "foot", "gdpr",
                        "masthead", "media", "meta", "outbrain", "promo", "related", "scroll", "share", "shoutbox",
                        "sidebar", "skyscraper", "sponsor", "shopping", "tags", "tool", "widget", "byline", "author",
-                       "caption", "credit", "newsletter", "subscribe"}))
-    w -= 25;
-  if (contains_any(s, {"article", "body", "content", "entry", "hentry", "h-entry", "main", "page", "post", "text",
-                       "blog", "story"}))
-    w += 25;
-  return w;
+                       "caption", "credit", "newsletter", "subscribe"};
+  static const WordSet kPositive = {"article", "body", "content", "entry", "hentry", "h-entry", "main", "page",
+                                    "post", "text", "blog", "story"};
+  return (kNegative.any_in(s) ? -25 : 0) + (kPositive.any_in(s) ? 25 : 0);
 }
 
 
@@ -643,40 +654,72 @@ class Parser {
   bool ok_ = false;
 };
 
-// Tags left open that a parser must keep open: an upper bound of the tree's depth
-// (void and self-closing elements and the ones a parser closes by itself are not
-// counted). O(size).
-size_t open_tag_estimate(std::string_view html) {
+// The deepest the element tree gets, estimated from the tags: an upper bound, as
+// a close tag counts only when an element of its name is open (a stray one closes
+// nothing), and the elements a parser closes by itself (void ones, p, li, td, a
+// second <a> ...) are not counted. Comments and the text of raw-text elements
+// (script, style, ...) are skipped. O(size).
+size_t peak_depth_estimate(std::string_view html) {
   static constexpr std::string_view kNotNesting[] = {
-      "area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "track", "wbr",
-      "param", "p", "li", "td", "tr", "th", "option", "dt", "dd", "!", "?"};
-  size_t open = 0, closed = 0;
-  for (size_t at = html.find('<'); at != std::string_view::npos; at = html.find('<', at + 1)) {
-    if (at + 1 >= html.size()) break;
-    const char c = html[at + 1];
-    if (c == '/') {
-      ++closed;
+      "area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "track", "wbr", "param",
+      "p", "li", "td", "tr", "th", "option", "optgroup", "dt", "dd", "a", "nobr", "button", "form", "rb", "rt",
+      "rp", "rtc", "tbody", "thead", "tfoot", "colgroup", "caption", "image", "keygen", "frame"};
+  static constexpr std::string_view kRawText[] = {"script", "style", "textarea", "title", "xmp", "iframe",
+                                                  "noembed", "noframes", "noscript", "plaintext"};
+  auto is_name_char = [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-';
+  };
+  std::unordered_map<std::string, size_t> open;
+  size_t depth = 0, peak = 0;
+  size_t at = 0;
+  while ((at = html.find('<', at)) != std::string_view::npos) {
+    if (html.compare(at, 4, "<!--") == 0) {
+      const size_t end = html.find("-->", at + 4);
+      if (end == std::string_view::npos) break;
+      at = end + 3;
       continue;
     }
-    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'))) continue;
-    size_t end = at + 1;
-    while (end < html.size() && ((html[end] >= 'a' && html[end] <= 'z') || (html[end] >= 'A' && html[end] <= 'Z') ||
-                                 (html[end] >= '0' && html[end] <= '9')))
-      ++end;
-    const std::string name = ascii_lower(html.substr(at + 1, end - at - 1));
+    const bool closing = at + 1 < html.size() && html[at + 1] == '/';
+    const size_t name_start = at + 1 + (closing ? 1 : 0);
+    size_t name_end = name_start;
+    while (name_end < html.size() && is_name_char(html[name_end])) ++name_end;
+    if (name_end == name_start || !((html[name_start] | 0x20) >= 'a' && (html[name_start] | 0x20) <= 'z')) {
+      ++at;
+      continue;
+    }
+    const std::string name = ascii_lower(html.substr(name_start, name_end - name_start));
+    at = name_end;
+    if (closing) {
+      auto it = open.find(name);
+      if (it != open.end() && it->second > 0) {
+        --it->second;
+        --depth;
+      }
+      continue;
+    }
     if (std::find(std::begin(kNotNesting), std::end(kNotNesting), name) != std::end(kNotNesting)) continue;
-    ++open;
+    ++open[name];
+    peak = std::max(peak, ++depth);
+    if (std::find(std::begin(kRawText), std::end(kRawText), name) != std::end(kRawText)) {
+      // Its text runs to "</name" (any case): nothing inside is a tag.
+      size_t close = at;
+      while ((close = html.find("</", close)) != std::string_view::npos &&
+             !ascii_iequals(html.substr(close + 2, name.size()), name))
+        close += 2;
+      if (close == std::string_view::npos) break;
+      at = close;
+    }
   }
-  return open > closed ? open - closed : 0;
+  return peak;
 }
 
 }  // namespace
 
 ExtractedPage extract_page(std::string_view utf8_html) {
   ExtractedPage page;
-  // The parser's time grows with the square of the nesting depth (13 s for 100,000 open
+  // The parser's time grows with the square of the nesting depth (13 s for 100,000 nested
   // <div>): pages nested beyond any real page's depth are refused rather than parsed.
-  if (open_tag_estimate(utf8_html) > kMaxOpenTags) {
+  if (peak_depth_estimate(utf8_html) > kMaxOpenTags) {
     page.too_deep = true;
     return page;
   }

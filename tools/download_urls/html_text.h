@@ -28,11 +28,12 @@ namespace zlm::web {
 struct ExtractedPage {
   std::string text;   // the main text; empty when the page has none
   std::string title;  // <title>, white space collapsed
-  bool too_deep = false;  // refused: more than kMaxOpenTags elements left open (see below)
+  bool too_deep = false;  // refused: elements nested deeper than kMaxOpenTags (see below)
 };
 
-// Pages whose markup leaves more elements open than this are not parsed (the
-// parser's time grows with the square of the depth; real pages stay far below).
+// Pages whose elements nest deeper than this (estimated from the tags, an upper
+// bound) are not parsed: the parser's time grows with the square of the depth,
+// and real pages stay far below.
 constexpr size_t kMaxOpenTags = 10000;
 
 ExtractedPage extract_page(std::string_view utf8_html);

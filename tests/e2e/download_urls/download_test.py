@@ -68,7 +68,7 @@ try:
         ("/big", "too_large", 200, 1), ("/bomb", "too_large", 200, 1), ("/wrong-charset", "ok", 200, 1),
         ("/meta-charset", "ok", 200, 1), ("/invalid-utf8", "ok", 200, 1), ("/binary", "not_html", 200, 1),
         ("/pdf", "not_html", 200, 1), ("/plain", "ok", 200, 1), ("/empty", "empty", 200, 1),
-        ("/reset", "connection", None, 2),
+        ("/reset", "connection", None, 2), ("/bad-ctype", "ok", 200, 1),
     ]
     urls = [base + c[0] for c in cases] + ["ftp://127.0.0.1/x", "http://127.0.0.1:1/refused"]
     want = [(c[1], c[2], c[3]) for c in cases] + [("bad_url", 0, 0), ("refused", 0, 1)]
@@ -100,6 +100,9 @@ try:
     if "\ufffd" not in texts["/invalid-utf8"] or "\u00e9t\u00e9" not in texts["/invalid-utf8"]:
         fail("invalid UTF-8 not replaced: %r" % texts["/invalid-utf8"])
     open(out, encoding="utf-8", errors="strict").read()  # the whole output is valid UTF-8
+    bad = next(m for m in got if m["url"].endswith("/bad-ctype"))  # lines() read the meta strictly too
+    if bad["content_type"] != "text/html; name=caf\ufffd":
+        fail("a Latin-1 Content-Type in the meta file: %r" % bad["content_type"])
     if "Paragraph 0 of article 1," not in texts["/page/1"] or "Copyright" in texts["/page/1"] or \
             "Home" in texts["/page/1"]:
         fail("main text of /page/1: %r" % texts["/page/1"])
@@ -108,6 +111,13 @@ try:
     if os.path.exists(out + ".partial") or os.path.exists(out + ".resume"):
         fail("partial or resume files left after a complete run")
     print("faults ok (%.1f s)" % took)
+
+    # ---- 1b. cookies stay with their URL: a later URL on the same handle does not send them ----
+    run([base + "/set-cookie", base + "/echo-cookie"], os.path.join(W, "cookies.json"), "--n_procs", "1")
+    echo = lines(os.path.join(W, "cookies.json"))[1]["text"]
+    if "SECRET123" in echo or "[none]" not in echo:
+        fail("a cookie of one URL was sent with another: %r" % echo)
+    print("cookies ok")
 
     # ---- 2. same output for 1 and 256 connections ----
     urls = [base + "/page/%d" % i for i in range(300)] + [base + p for p in ("/404", "/pdf", "/empty", "/loop")]
@@ -146,6 +156,9 @@ try:
         done_before = int(open(part + ".resume").read().split("done ")[1].split()[0])
         if not 0 < done_before < 3000:
             fail("signal %d: %d URLs done before the signal; the test wants a run cut half way" % (sig, done_before))
+        if sig == signal.SIGKILL:
+            # as if it had stopped while renaming its files into place: the meta file already renamed
+            os.rename(part + ".meta.partial", part + ".meta")
         r = subprocess.run(cmd[:-1] + ["-v"], capture_output=True, text=True)
         if r.returncode != 0:
             fail("resume after signal %d: exit %d\n%s" % (sig, r.returncode, r.stderr))
@@ -229,6 +242,11 @@ try:
     r = subprocess.run([TOOL, "--output", os.path.join(W, "x.json")], capture_output=True, text=True)
     if r.returncode != 2 or "URL file or --from-warc" not in r.stderr:
         fail("no input: exit %d %s" % (r.returncode, r.stderr))
+    open(os.path.join(W, "x.json.resume"), "w").write("zerolm download_urls resume 1\n")
+    r = subprocess.run([TOOL, "--from-warc", os.path.join(W, "full.warc.gz"), "--output", os.path.join(W, "x.json")],
+                       capture_output=True, text=True)
+    if r.returncode != 2 or "interrupted download" not in r.stderr:
+        fail("--from-warc over an interrupted download's output: exit %d %s" % (r.returncode, r.stderr))
     print("download_urls e2e ok")
 finally:
     for p in procs:

@@ -1,18 +1,23 @@
 #!/usr/bin/env python3
 """A loopback HTTP(S) server with the pages and faults download_urls must handle.
 
-  server.py --port-file F [--tls CERT KEY] [--ipv6]
+  server.py --port-file F [--tls CERT KEY] [--ipv6] [--docs JSONL] [--pages DIR]
 
 Binds 127.0.0.1 (or ::1 with --ipv6) on a free port, writes the port to F and serves
-until killed. /stats returns the counters (requests, the most requests and connections
+until killed. With --docs, /doc/N is the N-th document's "text" (0-based) as an article page
+between a menu and a footer, a <p> per line, and /dup/N the same with its first " the " as " THE " (a planted near-duplicate).
+With --pages (the article-extraction benchmark's html/ folder), /bench/N is its
+N-th page (names sorted, N modulo the count), as stored. /stats returns the counters (requests, the most requests and connections
 open at once) as JSON; /reset-stats clears them. Nothing leaves the loopback interface.
 """
-import argparse, gzip, json, socket, ssl, struct, sys, threading, time
+import argparse, gzip, html as htmllib, json, socket, ssl, struct, sys, threading, time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 LOCK = threading.Lock()
 STATS = {"requests": 0, "active": 0, "max_active": 0, "connections": 0, "max_connections": 0}
 TRIES = {}
+DOCS = []
+PAGES = []
 
 
 def article(n):
@@ -88,6 +93,16 @@ class Handler(BaseHTTPRequestHandler):
             n = int(p.split("/")[2])
             time.sleep((n * 37 % 11) / 1000.0)  # completion order differs from input order
             return self.send(200, article(n))
+        if p.startswith("/doc/") or p.startswith("/dup/"):
+            text = DOCS[int(p.split("/")[2])]
+            if p.startswith("/dup/"):
+                text = text.replace(" the ", " THE ", 1)
+            paras = "".join("<p>%s</p>\n" % htmllib.escape(line) for line in text.split("\n") if line.strip())
+            return self.send(200, "<!DOCTYPE html><html><head><title>Doc</title></head><body>"
+                                  "<nav><a href='/'>Home</a> <a href='/about'>About us</a></nav>"
+                                  "<article>%s</article><footer>All rights reserved.</footer></body></html>" % paras)
+        if p.startswith("/bench/"):
+            return self.send(200, PAGES[int(p.split("/")[2]) % len(PAGES)])
         if p.startswith("/busy/"):  # many URLs on one host: hold each request a little
             time.sleep(0.002)
             return self.send(200, article(int(p.split("/")[2])))
@@ -151,6 +166,20 @@ class Handler(BaseHTTPRequestHandler):
             body = ("<html><body><p>Valid \u00e9t\u00e9 text, then a bad byte: ".encode() + b"\xff\xfe" +
                     " and more valid text \u00fcber alles.</p></body></html>".encode())
             return self.send(200, body, "text/html; charset=utf-8")
+        if p == "/set-cookie":
+            return self.send(200, article(10), headers=[("Set-Cookie", "session=SECRET123; Path=/")])
+        if p == "/echo-cookie":
+            return self.send(200, "<html><body><p>The cookie header this server saw on this request was: [%s], "
+                                  "and that is all this page has to say.</p></body></html>"
+                             % htmllib.escape(self.headers.get("Cookie", "none")))
+        if p == "/bad-ctype":  # a Content-Type that is not UTF-8
+            body = article(11).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html; name=caf\u00e9")  # sent as Latin-1: byte E9
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+            return
         if p == "/binary":
             return self.send(200, bytes(range(256)) * 64, "text/html")
         if p == "/pdf":
@@ -189,7 +218,16 @@ def main():
     ap.add_argument("--port-file", required=True)
     ap.add_argument("--tls", nargs=2, metavar=("CERT", "KEY"))
     ap.add_argument("--ipv6", action="store_true")
+    ap.add_argument("--docs")
+    ap.add_argument("--pages")
     a = ap.parse_args()
+    if a.pages:
+        import os
+        for name in sorted(os.listdir(a.pages)):
+            with gzip.open(os.path.join(a.pages, name), "rb") as f:
+                PAGES.append(f.read())
+    if a.docs:
+        DOCS.extend(json.loads(line)["text"] for line in open(a.docs, encoding="utf-8"))
     if a.ipv6:
         Server.address_family = socket.AF_INET6
     srv = Server(("::1" if a.ipv6 else "127.0.0.1", 0), Handler)
