@@ -5,6 +5,8 @@
 #
 #   blacklist_urls   one task, with --urls            -> urls.clean.txt (URL lists are small; duplicates
 #                                                     across lists need one pass over them all)
+#   download_urls    a task per part of the list,     download_urls --part T/K -> raw/part-NNNNN.jsonl
+#                    with --urls and no --shards      (--download-tasks K, 4 by default): the shards
 #   cleanup          a task per shard                 cleanup SHARD -> cleaned/part-NNNNN.jsonl
 #   signatures       a task per shard                 near_dedup (docs/design.md, "Sharded near-duplicate removal")
 #   candidates       a task per band x hash range
@@ -28,7 +30,9 @@
 #
 # Usage:
 #   scripts/cluster_pipeline.sh --shards DIR_OR_GLOB --work DIR [--urls DIR_OR_FILE]
-#       [--local-tasks N | --slurm [--sbatch "OPTIONS"] [--max-array N] [--no-wait]]
+#   scripts/cluster_pipeline.sh --urls DIR_OR_FILE --work DIR [--download-tasks K] [--download-procs P]
+#       [--download-arg ARG]...
+#     common: [--local-tasks N | --slurm [--sbatch "OPTIONS"] [--max-array N] [--no-wait]]
 #       [--retries N] [--threads N] [--ranges R] [--verify-tasks V] [--buckets B] [--memory-mb M] [--seed N]
 #       [--group-threshold T] [--key url] [--output-name NAME] [--vocab-file V --merge-file M]
 # --sbatch passes options to every sbatch (partition, account, time, memory:
@@ -41,12 +45,16 @@ SELF=$ROOT/scripts/cluster_pipeline.sh
 ARGS=("$@")
 SHARDS="" WORK="" LOCAL=1 SLURM=0 SBATCH="" MAX_ARRAY="" WAIT=1 RETRIES=2 THREADS=1 RANGES=1 VERIFY_TASKS=8 BUCKETS=8 MEMORY=1024 SEED=1234
 GROUP_T=0.7 KEY=url NAME=gpt2 VOCAB="" MERGES="" URLS="" RUN_TASK="" TASK="" TASK_LIST=""
-usage() { sed -n '2,36p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-2}"; }
+DOWNLOAD_TASKS=4 DOWNLOAD_PROCS=50 DOWNLOAD_ARGS=()
+usage() { sed -n '2,41p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-2}"; }
 while (($#)); do
   case $1 in
     --shards) SHARDS=$2; shift 2 ;;
     --work) WORK=$2; shift 2 ;;
     --urls) URLS=$2; shift 2 ;;
+    --download-tasks) DOWNLOAD_TASKS=$2; shift 2 ;;
+    --download-procs) DOWNLOAD_PROCS=$2; shift 2 ;;
+    --download-arg) DOWNLOAD_ARGS+=("$2"); shift 2 ;;
     --local-tasks) LOCAL=$2; shift 2 ;;
     --slurm) SLURM=1; shift ;;
     --sbatch) SBATCH=$2; shift 2 ;;
@@ -71,7 +79,9 @@ while (($#)); do
     *) echo "cluster_pipeline.sh: unknown argument '$1'" >&2; usage ;;
   esac
 done
-[[ -n $SHARDS && -n $WORK ]] || { echo "cluster_pipeline.sh: --shards and --work are required" >&2; usage; }
+[[ (-n $SHARDS || -n $URLS) && -n $WORK ]] || { echo "cluster_pipeline.sh: --work and --shards or --urls are required" >&2; usage; }
+[[ $DOWNLOAD_TASKS =~ ^[1-9][0-9]*$ ]] || { echo "cluster_pipeline.sh: --download-tasks must be a positive integer" >&2; exit 2; }
+DOWNLOAD=$([[ -z $SHARDS ]] && echo 1 || echo 0)  # --urls alone: the shards are download_urls' parts
 [[ $LOCAL =~ ^[1-9][0-9]*$ && $RETRIES =~ ^[0-9]+$ && $BUCKETS =~ ^[1-9][0-9]*$ && $RANGES =~ ^[1-9][0-9]*$ ]] \
   || { echo "cluster_pipeline.sh: --local-tasks, --buckets and --ranges must be positive integers, --retries a count" >&2; exit 2; }
 WORK=$(mkdir -p "$WORK" && cd "$WORK" && pwd)
@@ -80,7 +90,7 @@ TOKENIZER=()
 [[ -n $MERGES ]] && TOKENIZER+=(--merge-file "$MERGES")
 ND=(--work "$WORK/dedup" --key "$KEY" --group-threshold "$GROUP_T" --ranges "$RANGES" --verify-tasks "$VERIFY_TASKS" --threads "$THREADS" --memory-mb "$MEMORY")
 SH=(--work "$WORK/shuffle-work" --seed "$SEED" --buckets "$BUCKETS")
-STAGES=(${URLS:+blacklist_urls} cleanup signatures candidates verify cluster filter shuffle_count shuffle_scatter shuffle_gather preprocess_data merge_datasets)
+STAGES=(${URLS:+blacklist_urls} $( ((DOWNLOAD)) && echo download_urls || true) cleanup signatures candidates verify cluster filter shuffle_count shuffle_scatter shuffle_gather preprocess_data merge_datasets)
 
 # The shards in order, as the tools expand an argument (a directory's .json/.jsonl/.txt files, plain
 # or compressed, sorted bytewise; else a glob, sorted).
@@ -91,14 +101,19 @@ shard_list() {
     compgen -G "$SHARDS" | LC_ALL=C sort || true
   fi
 }
-mapfile -t SHARD_FILES < <(shard_list)
+if ((DOWNLOAD)); then
+  SHARD_FILES=()
+  for ((t = 0; t < DOWNLOAD_TASKS; t++)); do SHARD_FILES+=("$(printf '%s/raw/part-%05d.jsonl' "$WORK" "$t")"); done
+else
+  mapfile -t SHARD_FILES < <(shard_list)
+fi
 N=${#SHARD_FILES[@]}
 ((N > 0)) || { echo "cluster_pipeline.sh: --shards '$SHARDS' names no shard" >&2; exit 2; }
 BANDS=$("$BIN/near_dedup" candidates --shards "${SHARD_FILES[0]}" "${ND[@]}" --print-tasks)
 VERIFY=$("$BIN/near_dedup" verify --shards "${SHARD_FILES[0]}" "${ND[@]}" --print-tasks)
 tasks_of() {
   case $1 in
-    cleanup|signatures|filter|shuffle_count|shuffle_scatter) echo "$N" ;;
+    download_urls|cleanup|signatures|filter|shuffle_count|shuffle_scatter) echo "$N" ;;
     candidates) echo "$BANDS" ;;
     verify) echo "$VERIFY" ;;
     blacklist_urls|cluster|merge_datasets) echo 1 ;;
@@ -112,6 +127,10 @@ task_command() {
   local stage=$1 t=$2
   case $stage in
     blacklist_urls) CMD=("$BIN/blacklist_urls" "$URLS" "$WORK/urls.clean.txt" --rejected-out "$WORK/urls.rejected.tsv" -q) ;;
+    download_urls) mkdir -p "$WORK/raw"  # an interrupted task resumes its part (raw/part-N.jsonl.resume)
+             CMD=("$BIN/download_urls" "$WORK/urls.clean.txt" --part "$t/$N" --output "${SHARD_FILES[$t]}"
+                  --meta-out "$(printf '%s/raw/meta-%05d.jsonl' "$WORK" "$t")" --n_procs "$DOWNLOAD_PROCS"
+                  "${DOWNLOAD_ARGS[@]}" --threads "$THREADS" -q) ;;
     cleanup) mkdir -p "$WORK/cleaned" "$WORK/rejected"
              CMD=("$BIN/cleanup" "${SHARD_FILES[$t]}" "$(part cleaned "$t")" --rejected-out "$(part rejected "$t")"
                   --workers "$THREADS" "${TOKENIZER[@]}" -q) ;;
@@ -166,6 +185,7 @@ T_START=$(date +%s.%N)
 # settings is refused, never resumed into a dataset of mixed settings.
 STAMP="shards=${SHARD_FILES[*]} ranges=$RANGES verify=$VERIFY_TASKS buckets=$BUCKETS seed=$SEED group=$GROUP_T key=$KEY name=$NAME"
 STAMP+=" vocab=$VOCAB merges=$MERGES urls=$URLS"
+((DOWNLOAD)) && STAMP+=" download_tasks=$DOWNLOAD_TASKS download_args=${DOWNLOAD_ARGS[*]}"
 if [[ -f $WORK/.tasks/settings ]]; then
   [[ $(cat "$WORK/.tasks/settings") == "$STAMP" ]] || { echo "cluster_pipeline.sh: $WORK was made with other settings ($(cat "$WORK/.tasks/settings")) ---> HINT: use that run's flags, or a fresh --work" >&2; exit 2; }
 else
@@ -262,6 +282,7 @@ docs() { [[ -f $1.idx ]] && "$BIN/dataset_info" "$1" | sed -n 's/^documents: //p
     ((done_n == n)) || failed="$failed $stage"
     case $stage in
       blacklist_urls) in="-" out=$(lines "$WORK/urls.clean.txt") ;;
+      download_urls) in=$(lines "$WORK/urls.clean.txt") out=$(lines "${SHARD_FILES[@]}") ;;
       cleanup) in=$(lines "${SHARD_FILES[@]}") out=$(lines "$WORK"/cleaned/part-*.jsonl) ;;
       filter) in=$(lines "$WORK"/cleaned/part-*.jsonl) out=$(lines "$WORK"/deduped/part-*.jsonl) ;;
       shuffle_gather) in=$(lines "$WORK"/deduped/part-*.jsonl) out=$(lines "$WORK"/shuffled/bucket-*.jsonl) ;;

@@ -141,8 +141,10 @@ bool read_state(const std::string& path, ResumeState& s) {
 std::string settings_fingerprint(const DownloadOptions& o) {
   struct stat st {};
   if (o.input != "-" && ::stat(o.input.c_str(), &st) != 0) throw_errno("cannot read URL list", o.input);
-  const std::string key = strprintf("input=%s size=%lld out=%s meta=%d warc=%d max=%llu redirects=%d min=%llu v=1",
-                                    o.input.c_str(), static_cast<long long>(st.st_size), o.output.c_str(),
+  const std::string key = strprintf("input=%s size=%lld part=%llu/%llu out=%s meta=%d warc=%d max=%llu redirects=%d min=%llu v=1",
+                                    o.input.c_str(), static_cast<long long>(st.st_size),
+                                    static_cast<unsigned long long>(o.part_index),
+                                    static_cast<unsigned long long>(o.part_count), o.output.c_str(),
                                     !o.meta_out.empty(), !o.warc_out.empty(),
                                     static_cast<unsigned long long>(o.fetch.max_bytes), o.fetch.max_redirects,
                                     static_cast<unsigned long long>(o.min_text_chars));
@@ -429,14 +431,18 @@ int run_download(const DownloadOptions& o, const CommonFlags& common, Stats& sta
   }
   if (!resume) state = {};
   install_stop_handlers();
-  const uint64_t total = count_lines(o.input);
+  if (o.part_count > 1 && o.input == "-") throw Error(ErrorKind::Usage, "--part needs a URL file, not standard input");
+  const uint64_t all = count_lines(o.input);
+  const uint64_t begin = all * o.part_index / o.part_count, end = all * (o.part_index + 1) / o.part_count;
+  const uint64_t total = o.input == "-" ? 0 : end - begin;  // this run's URLs (0: not known)
   OrderedWriter writer(o, state, resume, settings);
   if (!resume) writer.checkpoint();
   LineReader reader(o.input);
-  uint64_t index = 0;  // URLs read so far (the non-empty lines)
+  uint64_t index = 0;  // this run's URLs read so far (the non-empty lines from `begin` on)
   std::string_view line;
-  while (index < state.done && reader.next(line))
-    if (!trim_url(line).empty()) ++index;
+  for (uint64_t skipped = 0; skipped < begin + state.done && reader.next(line);)
+    if (!trim_url(line).empty()) ++skipped;
+  index = state.done;
   Progress progress({.label = "urls", .total_items = total > state.done ? total - state.done : 0,
                      .interval_sec = common.progress_sec, .enabled = !common.no_progress && !common.quiet,
                      .extra_label = "pages"});
@@ -448,7 +454,7 @@ int run_download(const DownloadOptions& o, const CommonFlags& common, Stats& sta
   auto next = [&](bool& more) -> std::optional<Fetcher::Work> {
     more = !input_done;
     while (!input_done && index < writer.written() + window) {
-      if (!reader.next(line)) {
+      if ((o.part_count > 1 && index >= total) || !reader.next(line)) {
         input_done = true;
         more = false;
         return std::nullopt;

@@ -36,6 +36,9 @@ struct DownloadOptions {
   size_t window = 0;      // URLs in flight beyond the last written (0: 16 x connections, at least 1024)
   bool restart = false;   // ignore a .resume file and start over
   double checkpoint_sec = 2.0;
+  // --part T/K: only the T-th (0-based) of K contiguous, equal parts of the list's URLs
+  // (the parts of K runs, concatenated in order, are one run's output).
+  uint64_t part_index = 0, part_count = 1;
   uint64_t min_text_chars = 1;  // pages with less main text count as "empty"
 };
 

@@ -29,6 +29,7 @@ struct Elem {
   std::string klass, id;  // lower case
   bool hard_drop = false;     // never text (script, nav, hidden, ...), under any flags
   bool unlikely = false;      // boilerplate by its class or id
+  bool comments = false;      // a comment section by its class or id: dropped by every pass
   bool holds_article = false; // is or holds <article>, <main> or itemprop=articleBody
   bool preformatted = false;
   int class_weight = 0;       // class/id words: -25 or +25 each for the class and the id
@@ -155,9 +156,15 @@ bool unlikely_candidate(std::string_view class_id) {
                                  "related", "remark", "replies", "rss", "shoutbox", "sidebar", "skyscraper",
                                  "social", "sponsor", "supplemental", "ad-break", "agegate", "pagination", "pager",
                                  "popup", "yom-remote", "newsletter", "share", "subscribe", "cookie", "outbrain",
-                                 "taboola", "promo", "signup", "paywall"};
+                                 "taboola", "promo", "signup"};
   static const WordSet kMaybe = {"article", "body", "column", "content", "main", "shadow", "story", "post-text"};
   return kUnlikely.any_in(class_id) && !kMaybe.any_in(class_id);
+}
+
+// Readers' comments: never the article, also when a retry relaxes the other class rules.
+bool comment_section(std::string_view class_id) {
+  static const WordSet kComments = {"comment", "disqus", "replies"};
+  return kComments.any_in(class_id);
 }
 
 int class_weight_of(std::string_view s) {
@@ -172,34 +179,53 @@ int class_weight_of(std::string_view s) {
 }
 
 
-std::string attribute(myhtml_tree_node_t* node, const char* key) {
-  myhtml_tree_attr_t* a = myhtml_attribute_by_key(node, key, std::strlen(key));
-  if (!a) return {};
-  size_t n = 0;
-  const char* v = myhtml_attribute_value(a, &n);
-  return v ? ascii_lower(std::string_view(v, n)) : std::string{};
+// The attributes the scoring reads, from one pass over an element's attributes.
+struct Attributes {
+  std::string klass, id;  // lower case
+  bool hidden = false;    // hidden, aria-hidden=true, display:none, visibility:hidden, a non-content role
+  bool article_body = false;  // itemprop=articleBody
+};
+
+bool hidden_style(std::string_view value) {
+  std::string style = ascii_lower(value);
+  style.erase(std::remove_if(style.begin(), style.end(), [](char c) { return is_space_byte(c); }), style.end());
+  return style.find("display:none") != std::string::npos || style.find("visibility:hidden") != std::string::npos;
 }
 
-bool has_attribute(myhtml_tree_node_t* node, const char* key) {
-  return myhtml_attribute_by_key(node, key, std::strlen(key)) != nullptr;
-}
-
-bool hidden_by_attributes(myhtml_tree_node_t* node) {
-  if (has_attribute(node, "hidden")) return true;
-  if (attribute(node, "aria-hidden") == "true") return true;
-  std::string style = attribute(node, "style");
-  if (!style.empty()) {
-    style.erase(std::remove_if(style.begin(), style.end(), [](char c) { return is_space_byte(c); }), style.end());
-    if (style.find("display:none") != std::string::npos || style.find("visibility:hidden") != std::string::npos)
-      return true;
-  }
-  const std::string role = attribute(node, "role");
-  if (!role.empty()) {
-    for (const char* r : {"navigation", "complementary", "banner", "contentinfo", "menu", "menubar", "dialog",
-                          "search", "alertdialog"})
-      if (role == r) return true;
-  }
+bool hidden_role(std::string_view value) {
+  const std::string role = ascii_lower(value);
+  for (const char* r : {"navigation", "complementary", "banner", "contentinfo", "menu", "menubar", "dialog", "search",
+                        "alertdialog"})
+    if (role == r) return true;
   return false;
+}
+
+Attributes read_attributes(myhtml_tree_node_t* node) {
+  Attributes out;
+  for (myhtml_tree_attr_t* a = myhtml_node_attribute_first(node); a; a = myhtml_attribute_next(a)) {
+    size_t kn = 0, vn = 0;
+    const char* k = myhtml_attribute_key(a, &kn);
+    if (!k) continue;
+    const std::string_view key(k, kn);  // MyHTML gives HTML attribute names in lower case
+    const char* v = myhtml_attribute_value(a, &vn);
+    const std::string_view value = v ? std::string_view(v, vn) : std::string_view{};
+    if (key == "class") {
+      out.klass = ascii_lower(value);
+    } else if (key == "id") {
+      out.id = ascii_lower(value);
+    } else if (key == "hidden") {
+      out.hidden = true;
+    } else if (key == "aria-hidden") {
+      out.hidden |= ascii_iequals(value, "true");
+    } else if (key == "style") {
+      out.hidden |= hidden_style(value);
+    } else if (key == "role") {
+      out.hidden |= hidden_role(value);
+    } else if (key == "itemprop") {
+      out.article_body |= ascii_lower(value).find("articlebody") != std::string::npos;
+    }
+  }
+  return out;
 }
 
 class Page {
@@ -221,16 +247,18 @@ int Page::add_element(myhtml_tree_node_t* node, myhtml_tag_id_t tag, int parent)
   Elem& e = elems.back();
   e.tag = tag;
   e.parent = parent;
-  e.klass = attribute(node, "class");
-  e.id = attribute(node, "id");
+  Attributes attrs = read_attributes(node);
+  e.klass = std::move(attrs.klass);
+  e.id = std::move(attrs.id);
   e.preformatted = tag == MyHTML_TAG_PRE || (parent >= 0 && elems[parent].preformatted);
   const bool exempt = tag == MyHTML_TAG_BODY || tag == MyHTML_TAG_HTML || tag == MyHTML_TAG_ARTICLE ||
                       tag == MyHTML_TAG_MAIN || tag == MyHTML_TAG_A;
-  e.hard_drop = never_text(tag) || hidden_by_attributes(node);
+  e.hard_drop = never_text(tag) || attrs.hidden;
   e.unlikely = !exempt && unlikely_candidate(e.klass + " " + e.id);
+  e.comments = e.unlikely && comment_section(e.klass + " " + e.id);
   e.class_weight = class_weight_of(e.klass) + class_weight_of(e.id);
   if (tag == MyHTML_TAG_ARTICLE || tag == MyHTML_TAG_MAIN) e.holds_article = true;
-  if (attribute(node, "itemprop").find("articlebody") != std::string::npos) e.holds_article = true;
+  if (attrs.article_body) e.holds_article = true;
   if (tag == MyHTML_TAG_BODY && body < 0) body = index;
   if (parent >= 0) elems[parent].kids.push_back({index, {}});
   return index;
@@ -286,7 +314,8 @@ struct Flags {
 void apply(std::vector<Elem>& elems, const Flags& flags) {
   for (Elem& e : elems) {
     const bool parent_dropped = e.parent >= 0 && elems[e.parent].dropped;
-    e.dropped = parent_dropped || e.hard_drop || (flags.strip_unlikely && e.unlikely && !e.holds_article);
+    e.dropped = parent_dropped || e.hard_drop ||
+                ((flags.strip_unlikely ? e.unlikely : e.comments) && !e.holds_article);
     e.weight = flags.weight_classes ? e.class_weight : 0;
     e.chars = e.link_chars = e.commas = 0;
     e.paragraphs = e.images = e.items = e.inputs = e.embeds = e.heading_chars = 0;
@@ -515,7 +544,10 @@ bool looks_like_boilerplate(const Elem& e) {
 
 class TextWriter {
  public:
-  TextWriter(const std::vector<Elem>& elems, bool clean) : elems_(elems), clean_(clean) {}
+  // clean: drop boxes that look like boilerplate, except one holding over `keep_chars`
+  // characters of non-link text (a third of the body's: the article itself, whatever its box looks like).
+  TextWriter(const std::vector<Elem>& elems, bool clean, uint32_t keep_chars = UINT32_MAX)
+      : elems_(elems), clean_(clean), keep_chars_(keep_chars) {}
   void element(int i);
   std::string take();
 
@@ -525,6 +557,7 @@ class TextWriter {
   void line_break() { pending_break_ = std::max(pending_break_, 1); }
   const std::vector<Elem>& elems_;
   bool clean_;
+  uint32_t keep_chars_;
   std::string out_;
   int pending_break_ = 0;  // 0 none, 1 newline, 2 blank line
   bool pending_space_ = false;
@@ -563,7 +596,8 @@ void TextWriter::element(int i) {
     auto& [e, next] = stack.back();
     const Elem& el = elems_[e];
     if (next == 0) {
-      if (el.dropped || (clean_ && e != i && looks_like_boilerplate(el))) {
+      if (el.dropped ||
+          (clean_ && e != i && el.chars - el.link_chars <= keep_chars_ && looks_like_boilerplate(el))) {
         stack.pop_back();
         continue;
       }
@@ -620,8 +654,11 @@ std::string extract_pass(Page& tree, const Flags& flags) {
   int top = scorer.choose_top();
   if (top < 0) top = tree.body;
   if (top < 0) return {};
-  TextWriter writer(tree.elems, flags.clean_conditionally);
-  for (int part : scorer.gather_body(top)) writer.element(part);
+  const std::vector<int> body = scorer.gather_body(top);
+  uint32_t body_chars = 0;
+  for (int part : body) body_chars += tree.elems[part].chars - tree.elems[part].link_chars;
+  TextWriter writer(tree.elems, flags.clean_conditionally, body_chars / 3);
+  for (int part : body) writer.element(part);
   return writer.take();
 }
 

@@ -1,6 +1,7 @@
 // download_urls <url_file> --output raw.json [--n_procs N] [--timeout SEC] ...
 // download_urls --from-warc FILE --output raw.json
 // The recipe's download step: URLs to {"text", "url"} lines, in input order.
+#include <cstdio>
 #include <thread>
 
 #include "common/core/build_info.h"
@@ -53,11 +54,23 @@ int main(int argc, char** argv) {
       ->capture_default_str()->check(zlm::thread_count());
   seconds("--checkpoint-sec", opt.checkpoint_sec,
           "Seconds between saves of the resume state (an interruption refetches at most this much)", 0, 3600);
+  std::string part;
+  app.add_option("--part", part,
+                 "T/K: fetch only the T-th (from 0) of K equal contiguous parts of the list (K parts' outputs "
+                 "concatenated are one run's)");
   app.add_flag("--restart", opt.restart, "Ignore the state of an interrupted run and start over");
   zlm::add_common_flags(app, common);
   return zlm::tool_main("download_urls", app, common, argc, argv, [&] {
     if (opt.input.empty() == opt.from_warc.empty())
       throw zlm::Error(zlm::ErrorKind::Usage, "give either a URL file or --from-warc FILE");
+    if (!part.empty()) {
+      unsigned long long t = 0, k = 0;
+      char extra = 0;
+      if (std::sscanf(part.c_str(), "%llu/%llu%c", &t, &k, &extra) != 2 || k == 0 || t >= k || part[0] == '-')
+        throw zlm::Error(zlm::ErrorKind::Usage, "--part '%s': want T/K with 0 <= T < K, e.g. 3/8", part.c_str());
+      opt.part_index = t;
+      opt.part_count = k;
+    }
     return zlm::run_with_stats("download_urls", common, [&](zlm::Stats& stats) {
       return zlm::web::run_download(opt, common, stats);
     });
