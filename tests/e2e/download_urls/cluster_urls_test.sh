@@ -12,11 +12,10 @@ SERVER_PID=""
 trap '[[ -n $SERVER_PID ]] && kill $SERVER_PID; rm -rf "$W"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }
 TOK=(--vocab-file $DATA/megatron/gpt2-tiny-vocab.json --merge-file $DATA/megatron/gpt2-tiny-merges.txt)
+source $SRC/tests/e2e/download_urls/lib.sh
 head -220 $DATA/megatron/openwebtext-1000.decoded.jsonl > $W/docs.jsonl
-$PY $SRC/tests/e2e/download_urls/server.py --port-file $W/port --docs $W/docs.jsonl &
-SERVER_PID=$!
-for _ in $(seq 100); do [[ -f $W/port ]] && break; sleep 0.1; done
-P=$(cat $W/port)
+start_server $W --docs $W/docs.jsonl
+P=$PORT
 mkdir $W/lists
 for i in $(seq 0 219); do echo "http://127.0.0.1:$P/doc/$i"; done > $W/lists/a.txt
 { for i in $(seq 0 19); do echo "http://127.0.0.1:$P/dup/$i"; done; echo "http://127.0.0.1:$P/404"; } > $W/lists/b.txt

@@ -13,12 +13,10 @@
 #   colossalai_data.sh SOURCE_DIR BIN_DIR PYTHON
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
+source "$SRC/tests/e2e/download_urls/lib.sh"
 head -200 $DATA/megatron/openwebtext-1000.decoded.jsonl > docs.jsonl
-"$PY" "$SRC/tests/e2e/download_urls/server.py" --port-file port --docs docs.jsonl &
-SERVER=$!
-trap 'kill $SERVER' EXIT
-for _ in $(seq 100); do [[ -f port ]] && break; sleep 0.1; done
-P=$(cat port)
+start_server . --docs docs.jsonl  # common.sh's exit trap stops it
+P=$PORT
 mkdir URLs
 { for n in $(seq 0 199); do echo "http://127.0.0.1:$P/doc/$n"; done; echo "http://www.youtube.com/watch?v=1"; } > URLs/a.txt
 { for n in $(seq 0 19); do echo "http://127.0.0.1:$P/dup/$n"; done; echo "http://127.0.0.1:$P/doc/5"
