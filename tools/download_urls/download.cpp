@@ -93,6 +93,13 @@ class PartialFile {
     if (::fdatasync(fd_) != 0) throw_errno("cannot sync output", partial_);
   }
   uint64_t size() const { return size_; }
+  // Closes and removes the partial file (a run that cannot be resumed and failed).
+  void discard() {
+    if (fd_ < 0) return;
+    ::close(fd_);
+    fd_ = -1;
+    ::unlink(partial_.c_str());
+  }
   void publish() {
     if (fd_ < 0) return;
     sync();
@@ -280,7 +287,16 @@ Record make_record_safely(FetchResult&& r, const DownloadOptions& o, const std::
 // Writes records in index order, whatever order they are made in, and saves the resume state.
 class OrderedWriter {
  public:
-  // settings empty: not resumable (--from-warc), no state file.
+  // settings empty: not resumable (--from-warc), no state file, and the partial files are
+  // removed if the run fails.
+  ~OrderedWriter() {
+    if (!settings_.empty()) return;
+    output_.discard();
+    meta_.discard();
+    warc_.discard();
+  }
+  OrderedWriter(const OrderedWriter&) = delete;
+  OrderedWriter& operator=(const OrderedWriter&) = delete;
   OrderedWriter(const DownloadOptions& o, const ResumeState& resumed, bool resume, std::string settings)
       : o_(o), state_path_(o.output + ".resume"), settings_(std::move(settings)), next_(resumed.done) {
     output_.open(o.output, resume, resumed.output_bytes);
@@ -370,6 +386,19 @@ class ExtractionPool {
   explicit ExtractionPool(int threads)
       : limit_(tbb::global_control::max_allowed_parallelism, static_cast<size_t>(threads) + 1),
         arena_(threads + 1, 1) {}
+  // Leaving on an error (a full disk): the tasks still queued are cancelled, the running ones
+  // finish (they use the writer, destroyed after the pool).
+  ~ExtractionPool() {
+    try {
+      arena_.execute([&] {
+        tasks_.cancel();
+        tasks_.wait();
+      });
+    } catch (...) {  // a task's own error: the run is failing already
+    }
+  }
+  ExtractionPool(const ExtractionPool&) = delete;
+  ExtractionPool& operator=(const ExtractionPool&) = delete;
   template <class F>
   void submit(F&& f) {
     arena_.execute([&] { tasks_.run(std::forward<F>(f)); });
@@ -411,60 +440,92 @@ int run_from_warc(const DownloadOptions& o, const CommonFlags& common, Stats& st
 
 }  // namespace
 
+namespace {
+
+// The resume state of an earlier run of these settings, if there is one (else `state` is reset).
+bool load_state(const DownloadOptions& o, const std::string& settings, ResumeState& state) {
+  const std::string path = o.output + ".resume";
+  state = {};
+  if (o.restart || o.input == "-" || !read_state(path, state)) {
+    state = {};
+    return false;
+  }
+  if (state.settings != settings)
+    throw Error(ErrorKind::Usage,
+                "%s was left by a run with another URL list or other outputs; rerun that command to finish it, "
+                "or pass --restart to start over",
+                path.c_str());
+  ZLM_LOG_INF("resuming: %llu URLs already written", static_cast<unsigned long long>(state.done));
+  return true;
+}
+
+// This run's URLs: the non-empty lines of its part of the list, from the first not yet written.
+class UrlSource {
+ public:
+  UrlSource(const DownloadOptions& o, uint64_t done) : reader_(o.input), limited_(o.part_count > 1) {
+    const uint64_t all = count_lines(o.input);
+    const uint64_t begin = all * o.part_index / o.part_count, end = all * (o.part_index + 1) / o.part_count;
+    total_ = o.input == "-" ? 0 : end - begin;
+    for (uint64_t skipped = 0; skipped < begin + done && reader_.next(line_);)
+      if (!trim_url(line_).empty()) ++skipped;
+    read_ = done;
+  }
+  // The next URL while fewer than `limit` are read; nullopt when none now (`more`: whether any will come).
+  std::optional<Fetcher::Work> next(uint64_t limit, bool& more) {
+    more = !done_;
+    while (!done_ && read_ < limit) {
+      if ((limited_ && read_ >= total_) || !reader_.next(line_)) {
+        done_ = true;
+        more = false;
+        return std::nullopt;
+      }
+      const std::string_view url = trim_url(line_);
+      if (url.empty()) continue;
+      return Fetcher::Work{read_++, std::string(url)};
+    }
+    return std::nullopt;
+  }
+  uint64_t read() const { return read_; }
+  uint64_t total() const { return total_; }  // 0: not known (standard input)
+
+ private:
+  LineReader reader_;
+  std::string_view line_;
+  bool limited_, done_ = false;
+  uint64_t total_ = 0, read_ = 0;
+};
+
+void report_fetch(Stats& stats, const FetchStats& f, uint64_t resumed_past) {
+  stats.set("urls_resumed_past", resumed_past);
+  stats.set("fetch_attempts", f.started);
+  stats.set("retries", f.retried);
+  stats.set("bytes_downloaded", f.bytes);
+  stats.set("max_connections_one_host", static_cast<int64_t>(f.max_host_active));
+}
+
+}  // namespace
+
 int run_download(const DownloadOptions& o, const CommonFlags& common, Stats& stats) {
   check_distinct_paths({{"--output", o.output}, {"--meta-out", o.meta_out}, {"--warc-out", o.warc_out}},
                        {{"url_file", o.input}, {"--from-warc", o.from_warc}});
   if (!o.from_warc.empty()) return run_from_warc(o, common, stats);
+  if (o.part_count > 1 && o.input == "-") throw Error(ErrorKind::Usage, "--part needs a URL file, not standard input");
   const auto t0 = std::chrono::steady_clock::now();
   const std::string settings = settings_fingerprint(o);
   ResumeState state;
-  const std::string state_path = o.output + ".resume";
-  bool resume = false;
-  if (!o.restart && o.input != "-" && read_state(state_path, state)) {
-    if (state.settings != settings)
-      throw Error(ErrorKind::Usage,
-                  "%s was left by a run with another URL list or other outputs; rerun that command to finish it, "
-                  "or pass --restart to start over",
-                  state_path.c_str());
-    resume = true;
-    ZLM_LOG_INF("resuming: %llu URLs already written", static_cast<unsigned long long>(state.done));
-  }
-  if (!resume) state = {};
+  const bool resume = load_state(o, settings, state);
   install_stop_handlers();
-  if (o.part_count > 1 && o.input == "-") throw Error(ErrorKind::Usage, "--part needs a URL file, not standard input");
-  const uint64_t all = count_lines(o.input);
-  const uint64_t begin = all * o.part_index / o.part_count, end = all * (o.part_index + 1) / o.part_count;
-  const uint64_t total = o.input == "-" ? 0 : end - begin;  // this run's URLs (0: not known)
   OrderedWriter writer(o, state, resume, settings);
   if (!resume) writer.checkpoint();
-  LineReader reader(o.input);
-  uint64_t index = 0;  // this run's URLs read so far (the non-empty lines from `begin` on)
-  std::string_view line;
-  for (uint64_t skipped = 0; skipped < begin + state.done && reader.next(line);)
-    if (!trim_url(line).empty()) ++skipped;
-  index = state.done;
-  Progress progress({.label = "urls", .total_items = total > state.done ? total - state.done : 0,
+  UrlSource urls(o, state.done);
+  Progress progress({.label = "urls", .total_items = urls.total() > state.done ? urls.total() - state.done : 0,
                      .interval_sec = common.progress_sec, .enabled = !common.no_progress && !common.quiet,
                      .extra_label = "pages"});
   const size_t window = o.window ? o.window : std::max<size_t>(1024, 16 * static_cast<size_t>(o.fetch.connections));
   ExtractionPool pool(o.threads);
   const std::string run_id = formats::warc_date_now() + " " + std::to_string(::getpid());
   Fetcher fetcher(o.fetch);
-  bool input_done = false;
-  auto next = [&](bool& more) -> std::optional<Fetcher::Work> {
-    more = !input_done;
-    while (!input_done && index < writer.written() + window) {
-      if ((o.part_count > 1 && index >= total) || !reader.next(line)) {
-        input_done = true;
-        more = false;
-        return std::nullopt;
-      }
-      const std::string_view url = trim_url(line);
-      if (url.empty()) continue;
-      return Fetcher::Work{index++, std::string(url)};
-    }
-    return std::nullopt;
-  };
+  auto next = [&](bool& more) { return urls.next(writer.written() + window, more); };
   auto done = [&](FetchResult&& r) {
     pool.submit([&, r = std::make_shared<FetchResult>(std::move(r))] {
       const uint64_t i = r->index, body_bytes = r->body.size();
@@ -484,18 +545,13 @@ int run_download(const DownloadOptions& o, const CommonFlags& common, Stats& sta
   pool.wait();
   writer.drain();
   progress.finish();
-  const bool interrupted = g_signal.load() != 0 || writer.written() < index;
   const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   report(stats, writer.counts(), writer.written() - state.done, elapsed);
-  stats.set("urls_resumed_past", state.done);
-  stats.set("fetch_attempts", fetcher.stats().started);
-  stats.set("retries", fetcher.stats().retried);
-  stats.set("bytes_downloaded", fetcher.stats().bytes);
-  stats.set("max_connections_one_host", static_cast<int64_t>(fetcher.stats().max_host_active));
-  if (interrupted) {
+  report_fetch(stats, fetcher.stats(), state.done);
+  if (g_signal.load() != 0 || writer.written() < urls.read()) {
     writer.checkpoint();
     ZLM_LOG_WRN("interrupted after %llu of %llu URLs; the same command resumes from there",
-             static_cast<unsigned long long>(writer.written()), static_cast<unsigned long long>(total));
+                static_cast<unsigned long long>(writer.written()), static_cast<unsigned long long>(urls.total()));
     return 130;
   }
   writer.publish();
@@ -503,6 +559,28 @@ int run_download(const DownloadOptions& o, const CommonFlags& common, Stats& sta
 }
 
 namespace {
+
+// A WARC response record as if just fetched: its HTTP status, type and decoded body.
+FetchResult result_of(const formats::WarcRecord& rec, uint64_t index, uint64_t max_bytes) {
+  FetchResult r;
+  r.index = index;
+  r.final_url = rec.field("WARC-Target-URI");
+  r.url = rec.field(kRequestedUriField);
+  if (r.url.empty()) r.url = r.final_url;
+  formats::HttpResponse http;
+  std::string error;
+  if (!formats::parse_http_response(rec.block, http, error, max_bytes)) {
+    r.reason = Reason::BadEncoding;
+    r.detail = strprintf("WARC record at byte %llu: %s", static_cast<unsigned long long>(rec.offset), error.c_str());
+    return r;
+  }
+  r.status = http.status;
+  r.content_type = http.content_type;
+  r.body = std::move(http.body);
+  const bool ok_type = accepted_content_type(r.content_type.c_str());
+  r.reason = http.status < 200 || http.status >= 300 ? Reason::HttpStatus : ok_type ? Reason::Ok : Reason::NotHtml;
+  return r;
+}
 
 int run_from_warc(const DownloadOptions& o, const CommonFlags& common, Stats& stats) {
   if (!o.warc_out.empty()) throw Error(ErrorKind::Usage, "--warc-out cannot be used with --from-warc (the WARC is the input)");
@@ -526,24 +604,8 @@ int run_from_warc(const DownloadOptions& o, const CommonFlags& common, Stats& st
       ++skipped;
       continue;
     }
-    FetchResult r;
-    r.index = index;
-    r.final_url = rec.field("WARC-Target-URI");
-    r.url = rec.field(kRequestedUriField);
-    if (r.url.empty()) r.url = r.final_url;
-    formats::HttpResponse http;
-    std::string error;
-    if (!formats::parse_http_response(rec.block, http, error, o.fetch.max_bytes)) {
-      ++unreadable;
-      r.reason = Reason::BadEncoding;
-      r.detail = strprintf("WARC record at byte %llu: %s", static_cast<unsigned long long>(rec.offset), error.c_str());
-    } else {
-      r.status = http.status;
-      r.content_type = http.content_type;
-      r.body = std::move(http.body);
-      const bool ok_type = accepted_content_type(r.content_type.c_str());
-      r.reason = http.status < 200 || http.status >= 300 ? Reason::HttpStatus : ok_type ? Reason::Ok : Reason::NotHtml;
-    }
+    FetchResult r = result_of(rec, index, o.fetch.max_bytes);
+    unreadable += r.reason == Reason::BadEncoding;
     pool.submit([&, r = std::make_shared<FetchResult>(std::move(r)), i = index] {
       Record out = make_record_safely(std::move(*r), o, "");
       progress.add(1, 0, out.reason == Reason::Ok);

@@ -45,6 +45,29 @@ double jitter(const std::string& url, int attempt) {
   return 0.75 + static_cast<double>(h % 1000) / 2000.0;
 }
 
+// Why a transfer that libcurl ended with `code` gave no page.
+Reason reason_of(CURLcode code, bool redirected) {
+  switch (code) {
+    case CURLE_FILESIZE_EXCEEDED: return Reason::TooLarge;
+    case CURLE_URL_MALFORMAT: return Reason::BadUrl;
+    case CURLE_UNSUPPORTED_PROTOCOL: return redirected ? Reason::BadRedirect : Reason::BadUrl;
+    case CURLE_COULDNT_RESOLVE_HOST: case CURLE_COULDNT_RESOLVE_PROXY: return Reason::Dns;
+    case CURLE_COULDNT_CONNECT: return Reason::Refused;
+    case CURLE_OPERATION_TIMEDOUT: return Reason::Timeout;
+    case CURLE_TOO_MANY_REDIRECTS: return Reason::TooManyRedirects;
+    case CURLE_BAD_CONTENT_ENCODING: return Reason::BadEncoding;
+    case CURLE_SSL_CONNECT_ERROR: case CURLE_PEER_FAILED_VERIFICATION: case CURLE_SSL_CERTPROBLEM:
+    case CURLE_SSL_CIPHER: case CURLE_SSL_CACERT_BADFILE: case CURLE_SSL_ISSUER_ERROR:
+    case CURLE_SSL_PINNEDPUBKEYNOTMATCH: case CURLE_SSL_INVALIDCERTSTATUS: case CURLE_SSL_CRL_BADFILE:
+      return Reason::Tls;
+    case CURLE_RECV_ERROR: case CURLE_SEND_ERROR: case CURLE_GOT_NOTHING: case CURLE_PARTIAL_FILE:
+    case CURLE_HTTP2: case CURLE_HTTP2_STREAM: case CURLE_WEIRD_SERVER_REPLY: case CURLE_HTTP3:
+      return Reason::Connection;
+    default:
+      return Reason::Other;
+  }
+}
+
 }  // namespace
 
 const char* reason_name(Reason r) {
@@ -178,6 +201,11 @@ struct Fetcher::Impl {
   void start(Job job);
   void finish(CURL* easy, CURLcode code);
   void classify(Transfer& t, CURLcode code, double& retry_after);
+  void enqueue(Job job);
+  void release_retries(double now);
+  void take_work(const std::function<std::optional<Work>(bool& more)>& next, bool& more);
+  double start_allowed(double now);
+  bool reap();
 
   const FetchOptions& opt;
   FetchStats& stats;
@@ -274,32 +302,11 @@ void Fetcher::Impl::classify(Transfer& t, CURLcode code, double& retry_after) {
   }
   r.detail = curl_easy_strerror(code);
   r.body.clear();
-  switch (code) {
-    case CURLE_WRITE_ERROR:
-      r.reason = t.too_large ? Reason::TooLarge : t.wrong_type ? Reason::NotHtml : Reason::Other;
-      if (t.wrong_type) r.detail = r.content_type;
-      if (t.too_large) r.detail = "body over " + std::to_string(opt.max_bytes) + " bytes";
-      return;
-    case CURLE_FILESIZE_EXCEEDED: r.reason = Reason::TooLarge; return;
-    case CURLE_URL_MALFORMAT: r.reason = Reason::BadUrl; return;
-    case CURLE_UNSUPPORTED_PROTOCOL: r.reason = redirects > 0 ? Reason::BadRedirect : Reason::BadUrl; return;
-    case CURLE_COULDNT_RESOLVE_HOST: case CURLE_COULDNT_RESOLVE_PROXY: r.reason = Reason::Dns; return;
-    case CURLE_COULDNT_CONNECT: r.reason = Reason::Refused; return;
-    case CURLE_OPERATION_TIMEDOUT: r.reason = Reason::Timeout; return;
-    case CURLE_TOO_MANY_REDIRECTS: r.reason = Reason::TooManyRedirects; return;
-    case CURLE_BAD_CONTENT_ENCODING: r.reason = Reason::BadEncoding; return;
-    case CURLE_SSL_CONNECT_ERROR: case CURLE_PEER_FAILED_VERIFICATION: case CURLE_SSL_CERTPROBLEM:
-    case CURLE_SSL_CIPHER: case CURLE_SSL_CACERT_BADFILE: case CURLE_SSL_ISSUER_ERROR:
-    case CURLE_SSL_PINNEDPUBKEYNOTMATCH: case CURLE_SSL_INVALIDCERTSTATUS: case CURLE_SSL_CRL_BADFILE:
-      r.reason = Reason::Tls;
-      return;
-    case CURLE_RECV_ERROR: case CURLE_SEND_ERROR: case CURLE_GOT_NOTHING: case CURLE_PARTIAL_FILE:
-    case CURLE_HTTP2: case CURLE_HTTP2_STREAM: case CURLE_WEIRD_SERVER_REPLY: case CURLE_HTTP3:
-      r.reason = Reason::Connection;
-      return;
-    default:
-      r.reason = Reason::Other;
-      return;
+  r.reason = reason_of(code, redirects > 0);
+  if (code == CURLE_WRITE_ERROR) {  // our callbacks ended the transfer
+    r.reason = t.too_large ? Reason::TooLarge : t.wrong_type ? Reason::NotHtml : Reason::Other;
+    if (t.wrong_type) r.detail = r.content_type;
+    if (t.too_large) r.detail = "body over " + std::to_string(opt.max_bytes) + " bytes";
   }
 }
 
@@ -349,90 +356,109 @@ Fetcher::Fetcher(FetchOptions options) : options_(std::move(options)) {
 
 Fetcher::~Fetcher() = default;
 
+void Fetcher::Impl::enqueue(Job job) {
+  const std::string host = job.host;
+  hosts[host].queue.push_back(std::move(job));
+  waiting_hosts.push_back(host);
+  ++queued;
+}
+
+// Retries whose back-off is over go to the back of their host's queue.
+void Fetcher::Impl::release_retries(double now) {
+  const auto later = [](const Job& a, const Job& b) { return a.ready_at > b.ready_at; };
+  while (!retries.empty() && retries.front().ready_at <= now) {
+    std::pop_heap(retries.begin(), retries.end(), later);
+    Job job = std::move(retries.back());
+    retries.pop_back();
+    enqueue(std::move(job));
+  }
+}
+
+// New work while there is room to queue it; a URL without an http(s) host is reported at once.
+void Fetcher::Impl::take_work(const std::function<std::optional<Work>(bool& more)>& next, bool& more) {
+  const size_t queue_limit = static_cast<size_t>(opt.connections) * 4;
+  while (more && queued < queue_limit) {
+    std::optional<Work> w = next(more);
+    if (!w) break;
+    Job job;
+    job.result.index = w->index;
+    job.result.url = std::move(w->url);
+    job.host = url_host(job.result.url);
+    if (job.host.empty()) {
+      job.result.reason = Reason::BadUrl;
+      job.result.detail = "not an http or https URL with a host";
+      done(std::move(job.result));
+      continue;
+    }
+    enqueue(std::move(job));
+  }
+}
+
+// Starts what the caps allow; returns when a host's delay next lets a transfer start.
+double Fetcher::Impl::start_allowed(double now) {
+  double next_wake = now + 0.25;
+  std::vector<std::string> still_waiting;
+  std::sort(waiting_hosts.begin(), waiting_hosts.end());
+  waiting_hosts.erase(std::unique(waiting_hosts.begin(), waiting_hosts.end()), waiting_hosts.end());
+  for (const std::string& name : waiting_hosts) {
+    auto it = hosts.find(name);
+    if (it == hosts.end()) continue;
+    Host& host = it->second;
+    while (!host.queue.empty() && host.active < opt.per_host && static_cast<int>(active.size()) < opt.connections &&
+           now_sec() >= host.next_start) {
+      Job job = std::move(host.queue.front());
+      host.queue.pop_front();
+      --queued;
+      start(std::move(job));
+    }
+    if (!host.queue.empty()) {
+      still_waiting.push_back(name);
+      if (host.next_start > now) next_wake = std::min(next_wake, host.next_start);
+    } else if (host.active == 0) {
+      if (host.next_start <= now) {
+        hosts.erase(it);  // forget idle hosts (a crawl meets millions)
+      } else {
+        cooling.emplace(host.next_start, name);
+      }
+    }
+  }
+  waiting_hosts.swap(still_waiting);
+  while (!cooling.empty() && cooling.top().first <= now) {
+    auto it = hosts.find(cooling.top().second);
+    if (it != hosts.end() && it->second.active == 0 && it->second.queue.empty() && it->second.next_start <= now)
+      hosts.erase(it);
+    cooling.pop();
+  }
+  if (!retries.empty()) next_wake = std::min(next_wake, retries.front().ready_at);
+  return next_wake;
+}
+
+// Lets libcurl move every transfer; reports the finished ones. True when any finished.
+bool Fetcher::Impl::reap() {
+  int running = 0;
+  curl_multi_perform(multi, &running);
+  int left = 0;
+  bool finished = false;
+  while (CURLMsg* msg = curl_multi_info_read(multi, &left)) {
+    if (msg->msg != CURLMSG_DONE) continue;
+    finish(msg->easy_handle, msg->data.result);
+    finished = true;
+  }
+  return finished;
+}
+
 void Fetcher::run(const std::function<std::optional<Work>(bool& more)>& next,
                   const std::function<void(FetchResult&&)>& done, const std::function<bool()>& stop) {
   Impl impl(options_, stats_);
   impl.done = done;
-  const auto later = [](const Impl::Job& a, const Impl::Job& b) { return a.ready_at > b.ready_at; };
-  const size_t queue_limit = static_cast<size_t>(options_.connections) * 4;
   bool more = true;
   while (!stop()) {
     const double now = now_sec();
-    // Retries whose back-off is over go to the back of their host's queue.
-    while (!impl.retries.empty() && impl.retries.front().ready_at <= now) {
-      std::pop_heap(impl.retries.begin(), impl.retries.end(), later);
-      Impl::Job job = std::move(impl.retries.back());
-      impl.retries.pop_back();
-      const std::string host = job.host;
-      impl.hosts[host].queue.push_back(std::move(job));
-      impl.waiting_hosts.push_back(host);
-      ++impl.queued;
-    }
-    // New work while there is room to queue it.
-    while (more && impl.queued < queue_limit) {
-      std::optional<Work> w = next(more);
-      if (!w) break;
-      Impl::Job job;
-      job.result.index = w->index;
-      job.result.url = std::move(w->url);
-      job.host = url_host(job.result.url);
-      if (job.host.empty()) {
-        job.result.reason = Reason::BadUrl;
-        job.result.detail = "not an http or https URL with a host";
-        done(std::move(job.result));
-        continue;
-      }
-      const std::string host = job.host;
-      impl.hosts[host].queue.push_back(std::move(job));
-      impl.waiting_hosts.push_back(host);
-      ++impl.queued;
-    }
-    // Start what the caps allow.
-    double next_wake = now + 0.25;
-    std::vector<std::string> still_waiting;
-    std::sort(impl.waiting_hosts.begin(), impl.waiting_hosts.end());
-    impl.waiting_hosts.erase(std::unique(impl.waiting_hosts.begin(), impl.waiting_hosts.end()), impl.waiting_hosts.end());
-    for (const std::string& name : impl.waiting_hosts) {
-      auto it = impl.hosts.find(name);
-      if (it == impl.hosts.end()) continue;
-      Impl::Host& host = it->second;
-      while (!host.queue.empty() && host.active < options_.per_host &&
-             static_cast<int>(impl.active.size()) < options_.connections && now_sec() >= host.next_start) {
-        Impl::Job job = std::move(host.queue.front());
-        host.queue.pop_front();
-        --impl.queued;
-        impl.start(std::move(job));
-      }
-      if (!host.queue.empty()) {
-        still_waiting.push_back(name);
-        if (host.next_start > now) next_wake = std::min(next_wake, host.next_start);
-      } else if (host.active == 0) {
-        if (host.next_start <= now) {
-          impl.hosts.erase(it);  // forget idle hosts (a crawl meets millions)
-        } else {
-          impl.cooling.emplace(host.next_start, name);
-        }
-      }
-    }
-    impl.waiting_hosts.swap(still_waiting);
-    while (!impl.cooling.empty() && impl.cooling.top().first <= now) {
-      auto it = impl.hosts.find(impl.cooling.top().second);
-      if (it != impl.hosts.end() && it->second.active == 0 && it->second.queue.empty() && it->second.next_start <= now)
-        impl.hosts.erase(it);
-      impl.cooling.pop();
-    }
-    if (!impl.retries.empty()) next_wake = std::min(next_wake, impl.retries.front().ready_at);
+    impl.release_retries(now);
+    impl.take_work(next, more);
+    const double next_wake = impl.start_allowed(now);
     if (impl.active.empty() && impl.queued == 0 && impl.retries.empty() && !more) break;
-    int running = 0;
-    curl_multi_perform(impl.multi, &running);
-    int left = 0;
-    bool finished = false;
-    while (CURLMsg* msg = curl_multi_info_read(impl.multi, &left)) {
-      if (msg->msg != CURLMSG_DONE) continue;
-      impl.finish(msg->easy_handle, msg->data.result);
-      finished = true;
-    }
-    if (finished) continue;  // freed slots: start the next transfers before waiting
+    if (impl.reap()) continue;  // freed slots: start the next transfers before waiting
     int wait_ms = std::clamp(static_cast<int>((next_wake - now_sec()) * 1000), 0, 250);
     if (impl.active.empty()) wait_ms = std::clamp(wait_ms, 1, 5);  // waiting on the caller, a back-off or a delay
     curl_multi_poll(impl.multi, nullptr, 0, wait_ms, nullptr);
