@@ -17,14 +17,16 @@
 // A text with fewer than char_ngram characters has no shingles: its signature
 // is all 0xFFFFFFFF and its Jaccard with anything is 0 (as Megatron's).
 //
-// Cost: signature O(chars * num_seeds), no allocation after construction of
-// the scratch buffer; shingle_set O(chars log chars). Thread-safe (const).
+// Cost: signature O(chars * num_seeds), the permutations vectorised
+// (common/dedup/minhash_kernel.h), no allocation after construction of the scratch buffer; shingle_set O(chars log chars). Thread-safe (const).
 #pragma once
 
 #include <cstdint>
 #include <span>
 #include <string_view>
 #include <vector>
+
+#include "common/dedup/minhash_kernel.h"
 
 namespace zlm {
 
@@ -47,7 +49,7 @@ class MinHasher {
  private:
   MinHashParams params_;
   std::vector<uint64_t> mul_, add_;
-  std::vector<uint32_t> mul_lo_, mul_hi_;
+  PermutationTable table_;  // the same, laid out for the vectorised kernel
 };
 
 // Hashes (XXH3-64) of every char_ngram-code-point window, in text order (with repeats).

@@ -1,7 +1,10 @@
 #include "common/dedup/minhash.h"
+#include "common/dedup/minhash_kernel.h"
 
 #include <cmath>
 #include <random>
+
+#include <hwy/targets.h>
 
 #include "common/dedup/union_find.h"
 #include "test_util.h"
@@ -18,6 +21,42 @@ TEST(Shingles, CodePointWindowsIncludingTheLast) {
   shingle_hashes("abcd", 5, h);
   EXPECT_TRUE(h.empty());
   EXPECT_EQ(shingle_set("aaaaaaaa", 5).size(), 1u);
+}
+
+// The vectorised kernel against its scalar definition, for permutation counts around every
+// vector width (and past the padding) and hashes with all 64 bits set, under every
+// instruction set this binary has code for and this CPU runs (AVX-512, AVX2, SSE4, scalar).
+void check_kernel_against_scalar() {
+  std::mt19937_64 rng(11);
+  for (uint32_t k : {1u, 2u, 3u, 7u, 8u, 9u, 15u, 16u, 17u, 31u, 33u, 63u, 64u, 65u, 100u, 129u, 256u}) {
+    std::vector<uint64_t> mul(k), add(k);
+    for (uint32_t i = 0; i < k; ++i) {
+      mul[i] = rng() | 1;
+      add[i] = rng();
+    }
+    const PermutationTable table = make_permutation_table(mul, add);
+    for (size_t n : {0u, 1u, 5u, 1000u}) {
+      std::vector<uint64_t> hashes(n);
+      for (auto& h : hashes) h = rng();
+      if (n > 1) hashes[0] = ~0ull;
+      std::vector<uint32_t> fast(k + 1, 0xABCDEF01u), slow(k);
+      min_permutations(hashes.data(), n, table, fast.data());
+      min_permutations_scalar(hashes.data(), n, table, slow.data());
+      EXPECT_EQ(std::vector<uint32_t>(fast.begin(), fast.begin() + k), slow) << "k=" << k << " n=" << n;
+      EXPECT_EQ(fast[k], 0xABCDEF01u) << "wrote past k=" << k;  // the padding lanes are not stored
+    }
+  }
+}
+
+TEST(MinHashKernel, VectorisedEqualsScalarOnEveryTarget) {
+  const std::vector<int64_t> targets = hwy::SupportedAndGeneratedTargets();
+  EXPECT_GE(targets.size(), 1u);
+  for (int64_t target : targets) {
+    hwy::SetSupportedTargetsForTest(target);
+    SCOPED_TRACE(min_permutations_target());
+    check_kernel_against_scalar();
+  }
+  hwy::SetSupportedTargetsForTest(0);
 }
 
 TEST(Jaccard, ModesAndEmptySets) {
