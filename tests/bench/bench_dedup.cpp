@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "common/dedup/minhash.h"
+#include "common/dedup/minhash_kernel.h"
 #include "common/core/files.h"
 #include "common/core/output_file.h"
 #include "tests/bench/checked_main.h"
@@ -71,4 +72,7 @@ BENCHMARK(BM_MinHashSignature)->Unit(benchmark::kMillisecond);
 
 }  // namespace
 
-int main(int argc, char** argv) { return zlm::bench::run_if(signatures_match_reference(), argc, argv); }
+int main(int argc, char** argv) {
+  benchmark::AddCustomContext("minhash_target", zlm::min_permutations_target());  // the instruction set dispatched to
+  return zlm::bench::run_if(signatures_match_reference(), argc, argv);
+}

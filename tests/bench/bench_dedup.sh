@@ -17,6 +17,7 @@ min_time=$([[ $SMOKE == 1 ]] && echo 0.01 || echo 0.5)
 taskset -c 0 "$BIN/zlm_bench_dedup" --benchmark_filter=BM_MinHashSignature --benchmark_repetitions=$RUNS \
   --benchmark_min_time=$min_time --benchmark_format=json > "$work/kernel.json" || fail "zlm_bench_dedup (checks signatures first)"
 kernel=$(calc "$(gbench_best "$work/kernel.json" BM_MinHashSignature bytes_per_second) / 1e6")
+target=$($PY -c 'import json,sys; print(json.load(open(sys.argv[1]))["context"]["minhash_target"])' "$work/kernel.json")
 copies=$((docs / 10))
 $PY tests/bench/planted_duplicates.py make $DATA/megatron/openwebtext-1000.decoded.jsonl "$work/in.jsonl" $docs $copies
 e2e=0
@@ -32,7 +33,7 @@ read -r mm3 _ < <(taskset -c 0 $PY tests/bench/baseline_minhash.py $DATA mmh3 $R
 ds=$($PY -c 'import datasketch;print(datasketch.__version__)')
 echo "| MinHash, 100 permutations, char 5-grams, 1 core, $docs OpenWebText documents | MB/s | vs datasketch + MurmurHash3 | vs datasketch default |"
 echo "|---|---|---|---|"
-printf "| zerolm signature kernel (AVX2) | %.1f | %.0fx | %.0fx |\n" "$kernel" "$(calc "$kernel / $mm3")" "$(calc "$kernel / $sha1")"
+printf "| zerolm signature kernel (Highway, %s here) | %.1f | %.0fx | %.0fx |\n" "$target" "$kernel" "$(calc "$kernel / $mm3")" "$(calc "$kernel / $sha1")"
 printf "| zerolm find_duplicates fingerprint stage (JSON + signatures) | %.1f | %.0fx | %.0fx |\n" "$e2e" "$(calc "$e2e / $mm3")" "$(calc "$e2e / $sha1")"
 printf "| datasketch %s MinHash.update_batch, hashfunc mmh3.hash (fast) | %.2f | 1x | |\n" "$ds" "$mm3"
 printf "| datasketch %s MinHash.update_batch, default hashfunc (SHA-1) | %.2f | | 1x |\n" "$ds" "$sha1"
