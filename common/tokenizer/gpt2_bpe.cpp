@@ -123,7 +123,11 @@ uint64_t mix(uint64_t x) {
 
 struct Gpt2Bpe::Impl {
   std::vector<std::string> symbols;           // symbol id -> bytes
-  std::unordered_map<std::string, int32_t> symbol_ids;
+  // bytes -> symbol id: open addressing over `symbols` (XXH3 of the bytes, linear probing; -1 empty).
+  // Loading does ~150k lookups (three per merge): a node-based map spent half the load time there.
+  std::vector<int32_t> id_slots;
+  uint64_t id_mask = 0;
+  size_t ids_used = 0;
   int32_t vocab_limit = 0;                    // symbol ids >= this are not in the vocab
   size_t vocab_entries = 0;
   int32_t byte_symbol[256];
@@ -133,12 +137,39 @@ struct Gpt2Bpe::Impl {
   int32_t eod = -1;
   bool well_formed = true;
 
-  int32_t intern(const std::string& bytes) {
-    auto it = symbol_ids.find(bytes);
-    if (it != symbol_ids.end()) return it->second;
+  // The slot of `bytes`: its id's, or the empty one where it would go.
+  size_t id_slot(std::string_view bytes) const {
+    for (uint64_t i = XXH3_64bits(bytes.data(), bytes.size()) & id_mask;; i = (i + 1) & id_mask) {
+      const int32_t id = id_slots[i];
+      if (id < 0 || symbols[static_cast<size_t>(id)] == bytes) return i;
+    }
+  }
+  void reserve_ids(size_t n) {
+    size_t cap = 1024;
+    while (cap < 2 * n) cap <<= 1;
+    if (cap <= id_slots.size()) return;
+    std::vector<int32_t> old = std::move(id_slots);
+    id_slots.assign(cap, -1);
+    id_mask = cap - 1;
+    for (int32_t id : old)
+      if (id >= 0) id_slots[id_slot(symbols[static_cast<size_t>(id)])] = id;
+  }
+  // Registers symbol `id` under its bytes unless they have an id already (the first wins).
+  void add_id(int32_t id) {
+    if (2 * (ids_used + 1) > id_slots.size()) reserve_ids(ids_used + 1);
+    const size_t slot = id_slot(symbols[static_cast<size_t>(id)]);
+    if (id_slots[slot] >= 0) return;
+    id_slots[slot] = id;
+    ++ids_used;
+  }
+  int32_t intern(std::string_view bytes) {
+    if (2 * (ids_used + 1) > id_slots.size()) reserve_ids(ids_used + 1);
+    const size_t slot = id_slot(bytes);
+    if (id_slots[slot] >= 0) return id_slots[slot];
     auto id = static_cast<int32_t>(symbols.size());
-    symbols.push_back(bytes);
-    symbol_ids.emplace(bytes, id);
+    symbols.emplace_back(bytes);
+    id_slots[slot] = id;
+    ++ids_used;
     return id;
   }
   const PairEntry* find_pair(int32_t a, int32_t b) const {
@@ -206,6 +237,7 @@ void Gpt2Bpe::Impl::load_vocab(const std::string& vocab_path) {
     throw Error(ErrorKind::Format, "%s: not a JSON object of token -> id: %s", vocab_path.c_str(), simdjson::error_message(err));
   int64_t max_id = -1;
   std::vector<std::pair<std::string, int64_t>> entries;
+  entries.reserve(obj.size());
   for (auto field : obj) {
     int64_t id;
     if (field.value.get_int64().get(id) || id < 0 || id > INT32_MAX / 2)
@@ -219,11 +251,15 @@ void Gpt2Bpe::Impl::load_vocab(const std::string& vocab_path) {
   vocab_entries = entries.size();
   vocab_limit = static_cast<int32_t>(max_id + 1);
   symbols.assign(static_cast<size_t>(max_id + 1), std::string());
+  reserve_ids(entries.size() + 1024);
   for (auto& [bytes, id] : entries) {
-    symbols[static_cast<size_t>(id)] = bytes;
-    symbol_ids.emplace(bytes, static_cast<int32_t>(id));  // first id wins for duplicate strings
+    symbols[static_cast<size_t>(id)] = std::move(bytes);
+    add_id(static_cast<int32_t>(id));  // first id wins for duplicate strings
   }
-  for (int b = 0; b < 256; ++b) byte_symbol[b] = intern(std::string(1, static_cast<char>(b)));
+  for (int b = 0; b < 256; ++b) {
+    const char byte = static_cast<char>(b);
+    byte_symbol[b] = intern(std::string_view(&byte, 1));
+  }
 }
 
 namespace {
@@ -265,6 +301,8 @@ std::vector<Gpt2Bpe::Impl::Merge> Gpt2Bpe::Impl::read_merges(const std::string& 
   const std::string text = read_file(merges_path);
   const std::vector<std::string_view> lines = split_lines(text);
   std::vector<Merge> out;
+  out.reserve(lines.size());
+  std::string joined;
   for (size_t k = 1; k + 1 < lines.size(); ++k) {
     const std::vector<std::string_view> parts = words(lines[k]);
     if (parts.size() != 2) {
@@ -272,7 +310,8 @@ std::vector<Gpt2Bpe::Impl::Merge> Gpt2Bpe::Impl::read_merges(const std::string& 
       continue;
     }
     const std::string a = vocab_key_to_bytes(parts[0]), b = vocab_key_to_bytes(parts[1]);
-    const int32_t ia = intern(a), ib = intern(b), ir = intern(a + b);
+    joined.assign(a).append(b);
+    const int32_t ia = intern(a), ib = intern(b), ir = intern(joined);
     for (auto [id, what] : {std::pair{ia, parts[0]}, std::pair{ib, parts[1]}})
       if (id >= vocab_limit)
         throw Error(ErrorKind::Format, "%s: line %zu: '%.*s' is not in %s ---> HINT: the merges file does not belong to this vocabulary",

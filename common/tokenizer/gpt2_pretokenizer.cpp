@@ -4,6 +4,7 @@
 #include <unicode/uchar.h>
 #include <unicode/unistr.h>
 
+#include <cstring>
 #include <memory>
 #include <mutex>
 
@@ -14,29 +15,53 @@ namespace zlm {
 namespace detail {
 const uint8_t* g_class_table = nullptr;
 
+namespace {
+CharClass class_of_type(int8_t type) {
+  switch (type) {
+    case U_UPPERCASE_LETTER: case U_LOWERCASE_LETTER: case U_TITLECASE_LETTER: case U_MODIFIER_LETTER:
+    case U_OTHER_LETTER:
+      return CharClass::Letter;
+    case U_DECIMAL_DIGIT_NUMBER: case U_LETTER_NUMBER: case U_OTHER_NUMBER:
+      return CharClass::Number;
+    default:
+      return CharClass::Other;
+  }
+}
+
+// ICU reports the general category as ranges (a few thousand of them): the table is filled
+// range by range. White_Space characters are all separators or controls (Zs, Zl, Zp, Cc),
+// so only those ranges are checked code point by code point.
+UBool fill_range(const void* context, UChar32 start, UChar32 limit, UCharCategory type) {
+  auto* table = static_cast<uint8_t*>(const_cast<void*>(context));
+  const CharClass cls = class_of_type(static_cast<int8_t>(type));
+  std::memset(table + start, static_cast<int>(cls), static_cast<size_t>(limit - start));
+  if (type == U_SPACE_SEPARATOR || type == U_LINE_SEPARATOR || type == U_PARAGRAPH_SEPARATOR ||
+      type == U_CONTROL_CHAR) {
+    for (UChar32 c = start; c < limit; ++c)
+      if (u_hasBinaryProperty(c, UCHAR_WHITE_SPACE)) table[c] = static_cast<uint8_t>(CharClass::Space);
+  }
+  return true;
+}
+}  // namespace
+
 const uint8_t* init_class_table() {
   static std::once_flag once;
   static std::unique_ptr<uint8_t[]> table;
   std::call_once(once, [] {
     table.reset(new uint8_t[0x110000]);
-    for (UChar32 c = 0; c < 0x110000; ++c) {
-      CharClass cls = CharClass::Other;
-      switch (u_charType(c)) {
-        case U_UPPERCASE_LETTER: case U_LOWERCASE_LETTER: case U_TITLECASE_LETTER:
-        case U_MODIFIER_LETTER: case U_OTHER_LETTER:
-          cls = CharClass::Letter;
-          break;
-        case U_DECIMAL_DIGIT_NUMBER: case U_LETTER_NUMBER: case U_OTHER_NUMBER:
-          cls = CharClass::Number;
-          break;
-        default:
-          if (u_hasBinaryProperty(c, UCHAR_WHITE_SPACE)) cls = CharClass::Space;
-      }
-      table[c] = static_cast<uint8_t>(cls);
-    }
+    u_enumCharTypes(fill_range, table.get());
     g_class_table = table.get();
   });
   return g_class_table;
+}
+
+// The definition the table follows, one code point at a time (tests).
+CharClass class_reference(uint32_t c) {
+  const auto type = static_cast<int8_t>(u_charType(static_cast<UChar32>(c)));
+  const CharClass cls = class_of_type(type);
+  if (cls == CharClass::Other && u_hasBinaryProperty(static_cast<UChar32>(c), UCHAR_WHITE_SPACE))
+    return CharClass::Space;
+  return cls;
 }
 }  // namespace detail
 

@@ -168,6 +168,20 @@ TEST(Gpt2PreTokenizer, MatchesIcuRegexReference) {
   }
 }
 
+// The class table, built from ICU's category ranges, against ICU's per-code-point answer for
+// every code point.
+TEST(Gpt2PreTokenizer, ClassTableEqualsIcuForEveryCodePoint) {
+  size_t letters = 0, spaces = 0;
+  for (uint32_t cp = 0; cp < 0x110000; ++cp) {
+    const CharClass want = detail::class_reference(cp);
+    ASSERT_EQ(gpt2_char_class(cp), want) << "U+" << std::hex << cp;
+    letters += want == CharClass::Letter;
+    spaces += want == CharClass::Space;
+  }
+  EXPECT_GT(letters, 100000u);
+  EXPECT_EQ(spaces, 25u);  // Unicode's White_Space property
+}
+
 TEST(Gpt2PreTokenizer, PiecesCoverInvalidUtf8) {
   std::string text = "ab\xff\xfe cd\xe2\x80 x";
   std::string joined;
