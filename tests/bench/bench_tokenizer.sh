@@ -3,9 +3,11 @@
 # tiktoken, Hugging Face tokenizers and a Megatron-style Python preprocess, on
 # the same input: the 1000 OpenWebText fixture documents, 4.7 MB of distinct
 # text (no repetition, so no side profits from a cache warmed by repeats).
+# gigatoken (the fastest GPT-2 tokenizer published, Rust) is the bar: one Python
+# call per document on one core, cold (a fresh tokenizer each pass) and warm.
 # Checks first: our ids of every document against tiktoken's (in the kernel
-# binary), tiktoken against tokenizers, and the .bin/.idx of both preprocess
-# runs byte for byte.
+# binary), tiktoken against tokenizers, gigatoken against tiktoken, and the
+# .bin/.idx of both preprocess runs byte for byte.
 #   tests/bench/bench_tokenizer.sh     (RUNS: best of, default 3; SMOKE=1: one run each)
 source "$(dirname "$0")/lib.sh"
 export RAYON_NUM_THREADS=1 TOKENIZERS_PARALLELISM=false
@@ -21,6 +23,7 @@ ours=$(calc "$(gbench_best "$work/ours.json" BM_Gpt2Encode bytes_per_second) / 1
 ours_warm=$(calc "$(gbench_best "$work/ours.json" BM_Gpt2EncodeWarmCache bytes_per_second) / 1e6")
 read -r tk_first tk hf_first hf < <(taskset -c 0 $PY tests/bench/baseline_tokenizer.py $DATA $((RUNS + 2))) ||
   fail "baseline_tokenizer.py"
+read -r gt_cold gt_warm < <(taskset -c 0 $PY tests/bench/baseline_gigatoken.py $DATA $reps) || fail "baseline_gigatoken.py"
 echo "### GPT-2 BPE encode, 1 thread, 1000 OpenWebText documents (4.7 MB, distinct text)"
 echo "| tokenizer | MB/s (best of $reps) | first pass MB/s | zerolm speed-up |"
 echo "|---|---|---|---|"
@@ -29,7 +32,10 @@ printf "| tiktoken %s \`encode_ordinary\` | %.1f | %.1f | %.1fx |\n" "$($PY -c '
   "$tk" "$tk_first" "$(calc "$ours / $tk")"
 printf "| HF tokenizers %s | %.1f | %.1f | %.1fx |\n" "$($PY -c 'import tokenizers;print(tokenizers.__version__)')" \
   "$hf" "$hf_first" "$(calc "$ours / $hf")"
+printf "| gigatoken %s \`Tokenizer.encode\` per document (a fresh tokenizer every pass) | %.1f | - | %.2fx |\n" \
+  "$($PY -c 'import importlib.metadata as m;print(m.version("gigatoken"))')" "$gt_cold" "$(calc "$ours / $gt_cold")"
 printf "| (zerolm, piece cache warm from an earlier pass over the same text) | %.1f | - | - |\n" "$ours_warm"
+printf "| (gigatoken, warm from an earlier pass over the same text) | %.1f | - | %.2fx |\n" "$gt_warm" "$(calc "$ours_warm / $gt_warm")"
 
 # 2. preprocess_data end to end (same JSONL, full GPT-2 vocab, --append-eod); each
 #    process starts cold, so its start-up (vocab load) is inside the time on both sides.
