@@ -128,6 +128,9 @@ struct Gpt2Bpe::Impl {
   std::vector<int32_t> id_slots;
   uint64_t id_mask = 0;
   size_t ids_used = 0;
+  // Tokens of a vocabulary that gives one id to several strings: all but the last string of
+  // that id (symbols[id] holds the last, as Megatron's decoder does; its encoder maps each).
+  std::unordered_map<std::string, int32_t> aliases;
   int32_t vocab_limit = 0;                    // symbol ids >= this are not in the vocab
   size_t vocab_entries = 0;
   int32_t byte_symbol[256];
@@ -163,6 +166,10 @@ struct Gpt2Bpe::Impl {
     ++ids_used;
   }
   int32_t intern(std::string_view bytes) {
+    if (!aliases.empty()) {
+      auto it = aliases.find(std::string(bytes));
+      if (it != aliases.end()) return it->second;
+    }
     if (2 * (ids_used + 1) > id_slots.size()) reserve_ids(ids_used + 1);
     const size_t slot = id_slot(bytes);
     if (id_slots[slot] >= 0) return id_slots[slot];
@@ -252,9 +259,14 @@ void Gpt2Bpe::Impl::load_vocab(const std::string& vocab_path) {
   vocab_limit = static_cast<int32_t>(max_id + 1);
   symbols.assign(static_cast<size_t>(max_id + 1), std::string());
   reserve_ids(entries.size() + 1024);
-  for (auto& [bytes, id] : entries) {
-    symbols[static_cast<size_t>(id)] = std::move(bytes);
-    add_id(static_cast<int32_t>(id));  // first id wins for duplicate strings
+  for (const auto& [bytes, id] : entries) symbols[static_cast<size_t>(id)] = bytes;  // the last string of an id
+  for (const auto& [bytes, id] : entries) {  // in file order: the first id of a string wins
+    if (aliases.count(bytes) || id_slots[id_slot(bytes)] >= 0) continue;
+    if (symbols[static_cast<size_t>(id)] == bytes) {
+      add_id(static_cast<int32_t>(id));
+    } else {
+      aliases.emplace(bytes, static_cast<int32_t>(id));
+    }
   }
   for (int b = 0; b < 256; ++b) {
     const char byte = static_cast<char>(b);

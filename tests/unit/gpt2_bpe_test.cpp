@@ -231,6 +231,19 @@ TEST(Gpt2Bpe, DecodeReplacesInvalidUtf8LikePython) {
   EXPECT_ZLM_ERROR(full().decode_bytes({60000}), ErrorKind::Usage, "60000");
 }
 
+// A vocabulary giving one id to two strings (never GPT-2's, but a JSON object allows it):
+// Megatron's encoder maps both strings to the id, its decoder the id to the last one.
+TEST(Gpt2Bpe, TwoTokensWithOneIdAsMegatron) {
+  test::TempDir dir;
+  test::spit(dir.path("v.json"), vocab_with_all_bytes(R"("a": 0, "b": 0, "ab": 2, "x": 1)", 3));
+  test::spit(dir.path("m.txt"), "#version: 0.2\na b\n");
+  const auto bpe = Gpt2Bpe::load(dir.path("v.json"), dir.path("m.txt"));
+  EXPECT_EQ(enc(bpe, "a"), (std::vector<int32_t>{0}));
+  EXPECT_EQ(enc(bpe, "b"), (std::vector<int32_t>{0}));
+  EXPECT_EQ(enc(bpe, "ab"), (std::vector<int32_t>{2}));
+  EXPECT_EQ(bpe.decode({0}), "b");
+}
+
 TEST(Gpt2Bpe, MegatronMergesQuirks) {
   test::TempDir dir;
   test::spit(dir.path("v.json"), vocab_with_all_bytes(R"("a": 0, "b": 1, "ab": 2, "c": 3, "abc": 4, "<|endoftext|>": 5)", 6));

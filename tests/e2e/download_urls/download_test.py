@@ -62,6 +62,7 @@ try:
     # ---- 1. fault modes ----
     cases = [  # path, reason, status, attempts (None: any)
         ("/page/1", "ok", 200, 1), ("/redirect", "ok", 200, 1), ("/gzip", "ok", 200, 1),
+        ("/zstd", "ok", 200, 1), ("/br", "ok", 200, 1),
         ("/slow", "timeout", 0, 2), ("/stall", "timeout", 200, 2), ("/404", "http_status", 404, 1),
         ("/flaky/a", "ok", 200, 2), ("/ratelimit/a", "ok", 200, 2), ("/always500", "http_status", 503, 2),
         ("/loop", "too_many_redirects", 302, 1), ("/to-file", "bad_redirect", 302, 1),
@@ -106,6 +107,9 @@ try:
     if "Paragraph 0 of article 1," not in texts["/page/1"] or "Copyright" in texts["/page/1"] or \
             "Home" in texts["/page/1"]:
         fail("main text of /page/1: %r" % texts["/page/1"])
+    for coding, n in (("/zstd", 12), ("/br", 13)):
+        if "Paragraph 0 of article %d," % n not in texts[coding]:
+            fail("a %s body: %r" % (coding[1:], texts[coding][:200]))
     if texts["/plain"] != "Just plain text.\nSecond line of it.\n":
         fail("text/plain: %r" % texts["/plain"])
     if os.path.exists(out + ".partial") or os.path.exists(out + ".resume"):

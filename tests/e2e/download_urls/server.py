@@ -153,6 +153,14 @@ class Handler(BaseHTTPRequestHandler):
         if p == "/gzip":
             body = gzip.compress(article(6).encode())
             return self.send(200, body, headers=[("Content-Encoding", "gzip")])
+        if p in ("/zstd", "/br"):  # bodies in the newer content codings libcurl decodes
+            if p == "/zstd":
+                import zstandard
+                body = zstandard.ZstdCompressor().compress(article(12).encode())
+            else:
+                import brotli
+                body = brotli.compress(article(13).encode())
+            return self.send(200, body, headers=[("Content-Encoding", p[1:])])
         if p == "/wrong-charset":  # says UTF-8, is windows-1252
             html = ("<html><body><p>Un caf\u00e9 cr\u00e8me \u00e0 la terrasse, na\u00efve fa\u00e7ade, "
                     "\u00e9t\u00e9 comme hiver, d\u00e9j\u00e0 vu \u2014 le r\u00e9sum\u00e9 est l\u00e0.</p></body></html>")
