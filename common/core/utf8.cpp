@@ -73,4 +73,27 @@ bool utf8_valid(std::string_view s, size_t* bad_offset) {
   return true;
 }
 
+uint64_t utf8_replace_invalid(std::string_view in, std::string& out) {
+  out.clear();
+  out.reserve(in.size());
+  uint64_t replaced = 0;
+  const char* p = in.data();
+  const char* end = p + in.size();
+  while (p < end) {
+    const char* run = p;
+    while (p < end && static_cast<unsigned char>(*p) < 0x80) ++p;
+    out.append(run, p);
+    if (p == end) break;
+    const Utf8Step st = utf8_step(p, end);
+    if (st.ok) {
+      out.append(p, st.len);
+    } else {
+      out.append("\xEF\xBF\xBD");
+      ++replaced;
+    }
+    p += st.len;
+  }
+  return replaced;
+}
+
 }  // namespace zlm

@@ -11,6 +11,7 @@
 //   utf8_valid(s, &off) the whole string is well-formed; else the offset of the
 //                       first ill-formed byte.
 //   utf8_length(s)      code points of well-formed text (Python's len()).
+//   utf8_replace_invalid(s, out)  s with U+FFFD for each ill-formed subpart (errors="replace").
 //
 // utf8_step is inline (the tokenizer's and MinHash's inner loops call it per
 // character); utf8_step_reference in utf8.cpp is the slow, obvious definition
@@ -97,5 +98,10 @@ inline size_t utf8_length(std::string_view s) {
 }
 
 bool utf8_valid(std::string_view s, size_t* bad_offset = nullptr);
+
+// `in` as well-formed UTF-8 in `out` (replaced): each ill-formed sequence's maximal
+// subpart becomes one U+FFFD, as Python's decode(errors="replace") does. Returns
+// the number of replacements. O(n).
+uint64_t utf8_replace_invalid(std::string_view in, std::string& out);
 
 }  // namespace zlm

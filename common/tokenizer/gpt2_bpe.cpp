@@ -501,19 +501,8 @@ std::string Gpt2Bpe::decode_bytes(const std::vector<int32_t>& ids) const {
 }
 
 std::string Gpt2Bpe::decode(const std::vector<int32_t>& ids) const {
-  std::string bytes = decode_bytes(ids);
   std::string out;
-  out.reserve(bytes.size());
-  const char* p = bytes.data();
-  const char* const end = p + bytes.size();
-  while (p < end) {
-    // A well-formed sequence is copied; the maximal subpart of an ill-formed one
-    // becomes one U+FFFD (Python's errors="replace").
-    const Utf8Step st = utf8_step(p, end);
-    if (st.ok) out.append(p, st.len);
-    else out += "\xEF\xBF\xBD";
-    p += st.len;
-  }
+  utf8_replace_invalid(decode_bytes(ids), out);  // Python's errors="replace"
   return out;
 }
 

@@ -108,29 +108,6 @@ bool mostly_utf8(std::string_view s, uint64_t ratio) {
   return valid > 0 && invalid * ratio <= valid;
 }
 
-uint64_t sanitize_utf8(std::string_view in, std::string& out) {
-  out.clear();
-  out.reserve(in.size());
-  uint64_t replaced = 0;
-  const char* p = in.data();
-  const char* end = p + in.size();
-  while (p < end) {
-    const char* run = p;
-    while (p < end && static_cast<unsigned char>(*p) < 0x80) ++p;
-    out.append(run, p);
-    if (p == end) break;
-    const Utf8Step st = utf8_step(p, end);
-    if (st.ok) {
-      out.append(p, st.len);
-    } else {
-      out.append("\xEF\xBF\xBD");
-      ++replaced;
-    }
-    p += st.len;
-  }
-  return replaced;
-}
-
 std::string charset_from_content_type(std::string_view content_type) {
   const size_t at = find_ci(content_type, "charset", 0);
   if (at == std::string_view::npos) return {};
@@ -178,7 +155,7 @@ DecodedPage decode_page(std::string_view body, std::string_view content_type, bo
     if (valid) {
       page.utf8.assign(bytes);
     } else {
-      page.replaced = sanitize_utf8(bytes, page.utf8);
+      page.replaced = utf8_replace_invalid(bytes, page.utf8);
     }
     page.charset = "UTF-8";
     page.source = source;

@@ -43,7 +43,4 @@ std::string charset_from_meta(std::string_view html, size_t scan_bytes = 8192);
 // ("" for a label ICU cannot convert).
 std::string canonical_charset(std::string_view label);
 
-// UTF-8 with every invalid sequence replaced by U+FFFD; returns the count replaced.
-uint64_t sanitize_utf8(std::string_view in, std::string& out);
-
 }  // namespace zlm::web

@@ -206,7 +206,7 @@ std::string http_block(const FetchResult& r) {
 // Server- and input-given text as valid UTF-8 for the JSON lines.
 std::string clean_utf8(const std::string& s) {
   std::string out;
-  sanitize_utf8(s, out);
+  utf8_replace_invalid(s, out);
   return out;
 }
 
