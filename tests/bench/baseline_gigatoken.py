@@ -7,22 +7,17 @@ each of a tokenizer built just before (outside the timing) from the same vocab a
 its internal caches start empty, like ours in the cold row; warm is the best of RUNS passes
 after one pass over the same text.
   baseline_gigatoken.py DATA_DIR [RUNS]"""
-import json
-import os
 import sys
 import time
 
 import gigatoken
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "reference"))
-from make_tokenizer_goldens import load  # noqa: E402
+from tokenizer_inputs import reference_encoders, texts_and_bytes
 
 data = sys.argv[1]
 runs = int(sys.argv[2]) if len(sys.argv) > 2 else 5
-vocab, merges = os.path.join(data, "gpt2", "gpt2-vocab.json"), os.path.join(data, "gpt2", "gpt2-merges.txt")
-texts = [json.loads(l)["text"] for l in open(os.path.join(data, "megatron", "openwebtext-1000.decoded.jsonl"), encoding="utf-8")]
-nbytes = sum(len(t.encode("utf-8")) for t in texts)
-tk, hf = load(vocab, merges)
+texts, nbytes = texts_and_bytes(data)
+tk, hf = reference_encoders(data)
 
 
 def one_pass(g):

@@ -6,19 +6,15 @@ after the timed passes so that the first one is a cold start).
 Prints "tiktoken_first tiktoken_best hf_first hf_best" in MB/s (10^6 bytes of
 UTF-8 text): the first pass of a freshly loaded encoder, and the best of RUNS.
   baseline_tokenizer.py DATA_DIR [RUNS]"""
-import json
 import os
 import sys
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "reference"))
-from make_tokenizer_goldens import load  # noqa: E402
+from tokenizer_inputs import reference_encoders, texts_and_bytes
 
 data = sys.argv[1]
 runs = int(sys.argv[2]) if len(sys.argv) > 2 else 5
-vocab, merges = os.path.join(data, "gpt2", "gpt2-vocab.json"), os.path.join(data, "gpt2", "gpt2-merges.txt")
-texts = [json.loads(l)["text"] for l in open(os.path.join(data, "megatron", "openwebtext-1000.decoded.jsonl"), encoding="utf-8")]
-nbytes = sum(len(t.encode("utf-8")) for t in texts)
+texts, nbytes = texts_and_bytes(data)
 
 
 def passes(fn, n):
@@ -31,7 +27,7 @@ def passes(fn, n):
     return times[0], min(times)
 
 
-tk, hf = load(vocab, merges)
+tk, hf = reference_encoders(data)
 tk_first, tk_best = passes(lambda: [tk.encode_ordinary(t) for t in texts], runs)
 hf_first, hf_best = passes(lambda: [hf.encode(t, add_special_tokens=False) for t in texts], max(1, runs // 2))
 

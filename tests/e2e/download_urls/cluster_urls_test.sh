@@ -7,14 +7,11 @@
 set -euo pipefail
 SRC=$1 BIN=$2 PY=$3
 DATA=$SRC/tests/data
-W=$(mktemp -d)
-SERVER_PID=""
-trap '[[ -n $SERVER_PID ]] && kill $SERVER_PID; rm -rf "$W"' EXIT
+source $SRC/tests/e2e/download_urls/lib.sh
+init_test_dir
 fail() { echo "FAIL: $*"; exit 1; }
 TOK=(--vocab-file $DATA/megatron/gpt2-tiny-vocab.json --merge-file $DATA/megatron/gpt2-tiny-merges.txt)
-source $SRC/tests/e2e/download_urls/lib.sh
-head -220 $DATA/megatron/openwebtext-1000.decoded.jsonl > $W/docs.jsonl
-start_server $W --docs $W/docs.jsonl
+serve_docs $W 220
 P=$PORT
 mkdir $W/lists
 for i in $(seq 0 219); do echo "http://127.0.0.1:$P/doc/$i"; done > $W/lists/a.txt

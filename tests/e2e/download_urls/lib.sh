@@ -10,3 +10,18 @@ start_server() {
   [[ -f $dir/port ]] || { echo "FAIL: the test server did not start"; exit 1; }
   PORT=$(cat "$dir/port")
 }
+
+# init_test_dir: a scratch directory W, removed at exit together with the server (for scripts
+# that own their exit trap).
+init_test_dir() {
+  W=$(mktemp -d)
+  SERVER_PID=""
+  trap '[[ -n $SERVER_PID ]] && kill $SERVER_PID; rm -rf "$W"' EXIT
+}
+
+# serve_docs DIR N: the first N OpenWebText fixture documents served as /doc/K (and /dup/K, a
+# planted near-duplicate); sets PORT and SERVER_PID.
+serve_docs() {
+  head -"$2" "$SRC/tests/data/megatron/openwebtext-1000.decoded.jsonl" > "$1/docs.jsonl"
+  start_server "$1" --docs "$1/docs.jsonl"
+}

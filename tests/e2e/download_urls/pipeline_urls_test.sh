@@ -6,12 +6,9 @@
 set -euo pipefail
 SRC=$1 BIN=$2 PY=$3
 DATA=$SRC/tests/data
-W=$(mktemp -d)
-SERVER_PID=""
-trap '[[ -n $SERVER_PID ]] && kill $SERVER_PID; rm -rf "$W"' EXIT
 source $SRC/tests/e2e/download_urls/lib.sh
-head -150 $DATA/megatron/openwebtext-1000.decoded.jsonl > $W/docs.jsonl
-start_server $W --docs $W/docs.jsonl
+init_test_dir
+serve_docs $W 150
 P=$PORT
 mkdir $W/lists
 for i in $(seq 0 99); do echo "http://127.0.0.1:$P/doc/$i"; done > $W/lists/a.txt

@@ -14,8 +14,7 @@
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 source "$SRC/tests/e2e/download_urls/lib.sh"
-head -200 $DATA/megatron/openwebtext-1000.decoded.jsonl > docs.jsonl
-start_server . --docs docs.jsonl  # common.sh's exit trap stops it
+serve_docs . 200  # common.sh's exit trap stops it
 P=$PORT
 mkdir URLs
 { for n in $(seq 0 199); do echo "http://127.0.0.1:$P/doc/$n"; done; echo "http://www.youtube.com/watch?v=1"; } > URLs/a.txt
