@@ -58,16 +58,16 @@ std::vector<uint64_t> shingle_set(std::string_view text, uint32_t char_ngram) {
   return h;
 }
 
-MinHasher::MinHasher(MinHashParams params)
-    : params_(params), mul_(params.num_seeds), add_(params.num_seeds) {
+MinHasher::MinHasher(MinHashParams params) : params_(params) {
   if (params.num_seeds == 0) throw Error(ErrorKind::Usage, "--num-seeds must be positive");
   if (params.char_ngram == 0) throw Error(ErrorKind::Usage, "--char-ngram must be positive");
+  std::vector<uint64_t> mul(params.num_seeds), add(params.num_seeds);
   uint64_t state = params.seed;
   for (uint32_t i = 0; i < params.num_seeds; ++i) {
-    mul_[i] = splitmix64(state) | 1;
-    add_[i] = splitmix64(state);
+    mul[i] = splitmix64(state) | 1;
+    add[i] = splitmix64(state);
   }
-  table_ = make_permutation_table(mul_, add_);
+  table_ = make_permutation_table(mul, add);
 }
 
 void MinHasher::signature(std::string_view text, uint32_t* out, std::vector<uint64_t>* scratch) const {
@@ -82,7 +82,8 @@ std::vector<uint32_t> MinHasher::signature_reference(std::string_view text) cons
   std::vector<uint32_t> sig(params_.num_seeds, std::numeric_limits<uint32_t>::max());
   for (uint32_t i = 0; i < params_.num_seeds; ++i)
     for (uint64_t h : set) {
-      __extension__ const unsigned __int128 prod = static_cast<unsigned __int128>(mul_[i]) * (h & 0xFFFFFFFFULL) + add_[i];
+      const uint64_t a = (static_cast<uint64_t>(table_.mul_hi[i]) << 32) | table_.mul_lo[i];
+      __extension__ const unsigned __int128 prod = static_cast<unsigned __int128>(a) * (h & 0xFFFFFFFFULL) + table_.add[i];
       sig[i] = std::min(sig[i], static_cast<uint32_t>(static_cast<uint64_t>(prod) >> 32));
     }
   return sig;

@@ -48,8 +48,7 @@ class MinHasher {
 
  private:
   MinHashParams params_;
-  std::vector<uint64_t> mul_, add_;
-  PermutationTable table_;  // the same, laid out for the vectorised kernel
+  PermutationTable table_;  // the multipliers a_i and increments b_i, also laid out for the vectorised kernel
 };
 
 // Hashes (XXH3-64) of every char_ngram-code-point window, in text order (with repeats).
