@@ -4,8 +4,8 @@
 // Each URL of the input (one a line) is fetched (fetcher.h), decoded to UTF-8
 // (charset.h) and reduced to its main text (html_text.h); every page with text
 // becomes one line {"text": ..., "url": ...} of the output, in input order
-// whatever the completion order, so the output is the same for any number of
-// connections. --meta-out writes one line per URL with what happened to it;
+// whatever the completion order, so the output does not depend on the number of
+// connections (the tests compare 1 and 256). --meta-out writes one line per URL with what happened to it;
 // --warc-out keeps the responses as WARC/1.1 (formats/warc.h).
 //
 // Resumable: the outputs grow under "<name>.partial" and "<output>.resume"

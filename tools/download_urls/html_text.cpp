@@ -549,10 +549,11 @@ class TextWriter {
   TextWriter(const std::vector<Elem>& elems, bool clean, uint32_t keep_chars = UINT32_MAX)
       : elems_(elems), clean_(clean), keep_chars_(keep_chars) {}
   void element(int i);
+  // Text as a browser shows it: white space (no-break space included) collapsed to one space.
+  void text(std::string_view s, bool preformatted);
   std::string take();
 
  private:
-  void text(std::string_view s, bool preformatted);
   void paragraph_break() { pending_break_ = std::max(pending_break_, 2); }
   void line_break() { pending_break_ = std::max(pending_break_, 1); }
   const std::vector<Elem>& elems_;
@@ -622,20 +623,10 @@ void TextWriter::element(int i) {
 std::string TextWriter::take() { return std::move(out_); }
 
 std::string collapse(std::string_view s) {
-  std::string out;
-  bool space = false;
-  for (size_t i = 0; i < s.size(); ++i) {
-    const auto b = static_cast<unsigned char>(s[i]);
-    if (is_space_byte(b) || nbsp_at(s, i)) {
-      if (b == 0xC2) ++i;
-      space = !out.empty();
-      continue;
-    }
-    if (space) out.push_back(' ');
-    space = false;
-    out.push_back(static_cast<char>(b));
-  }
-  return out;
+  const std::vector<Elem> none;
+  TextWriter w(none, false);
+  w.text(s, false);
+  return w.take();
 }
 
 // Readability's test for a short paragraph worth keeping: a full stop followed by a space or the end.
