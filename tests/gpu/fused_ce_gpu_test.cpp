@@ -3,7 +3,7 @@
 // without one; `ctest -LE gpu` leaves it out). Shapes: GPT-2's padded
 // vocabulary (16-byte rows: the vector loads), an odd width (the scalar loop),
 // one of a tensor-parallel rank's split, and rows of -inf-free extremes; fp32
-// within 1e-6, 16-bit gradients equal to the reference's rounding or one step
+// within 1e-6 (gradients: 4e-6 of the row's scale), 16-bit gradients equal to the reference's rounding or one step
 // of the dtype apart, in place equal to out of place.
 #include <torch/torch.h>
 
@@ -49,8 +49,12 @@ TEST(FusedCeGpu, KernelEqualsChunkedOnTheDevice) {
       const Result over = run(logits, targets, CeImpl::Auto, true);
       const std::string what = std::to_string(s.rows) + "x" + std::to_string(s.cols) + " " + c10::toString(dtype);
       EXPECT_TRUE(torch::allclose(got.loss, want.loss, 1e-6, 1e-5)) << what << " " << (got.loss - want.loss).abs().max().item<double>();
+      // fp32: the gradient is (softmax - onehot) / rows, and the two paths' log-sum-exp (of logits
+      // near 30 here) agree to a few ulps of it (~2e-6), so an element may differ by that much
+      // relative to the row's scale 1 / rows (seen on an H200: 1.1e-6 and 1.5e-6 of it).
       const double step = dtype == torch::kFloat ? 1e-6 : dtype == torch::kHalf ? 1e-3 : 8e-3;
-      EXPECT_TRUE(torch::allclose(got.grad.to(torch::kFloat), want.grad.to(torch::kFloat), step, 1e-9))
+      const double atol = dtype == torch::kFloat ? 4e-6 / static_cast<double>(s.rows) : 1e-9;
+      EXPECT_TRUE(torch::allclose(got.grad.to(torch::kFloat), want.grad.to(torch::kFloat), step, atol))
           << what << " " << (got.grad.to(torch::kFloat) - want.grad.to(torch::kFloat)).abs().max().item<double>();
       EXPECT_TRUE(torch::equal(over.grad, got.grad)) << what << " in place";
     }

@@ -159,6 +159,8 @@ std::map<std::string, Spec> specs() {
   flag("--bias-gelu-fusion", &TrainArgs::bias_gelu_fusion, "tanh-approximated GELU, as Megatron's fused bias-GELU (the default)");
   no_flag("--no-bias-gelu-fusion", &TrainArgs::bias_gelu_fusion, "exact (erf) GELU, as Megatron without the fusion (unless --openai-gelu)");
   flag("--openai-gelu", &TrainArgs::openai_gelu, "tanh-approximated GELU (OpenAI's formula)");
+  flag("--deterministic-mode", &TrainArgs::deterministic_mode,
+       "deterministic GPU kernels (PyTorch's deterministic algorithms, cuBLAS's fixed workspace): the same bits on every run, slower");
   flag("--use-cpu-initialization", &TrainArgs::use_cpu_initialization, "draw the initial weights on the CPU (a GPU run then starts as a CPU run)");
   no_flag("--no-check-for-nan-in-loss-and-grad", &TrainArgs::check_for_nan, "train on when the loss or the gradient norm is NaN/inf (default: stop)");
   flag("--check-for-nan-in-loss-and-grad", &TrainArgs::check_for_nan, "stop when the loss or the gradient norm is NaN/inf (the default)");

@@ -30,6 +30,7 @@ struct TrainArgs {
   int64_t make_vocab_size_divisible_by = 128;
   bool checkpoint_activations = false;
   bool use_cpu_initialization = false;
+  bool deterministic_mode = false;  // Megatron's --deterministic-mode: the same bits on every run of the same settings
   bool bias_gelu_fusion = true, openai_gelu = false;  // both false: erf GELU, as Megatron's plain F.gelu
   // --model-config: a Hugging Face GPT2Config JSON giving the shape (trainer/config/hf_config.h); its
   // vocab_size and eos_token_id are checked against --vocab-file when the data is opened (0/-1: none).

@@ -59,6 +59,14 @@ class LocalComm final : public Comm {
 
 std::unique_ptr<Comm> make_local_comm() { return std::make_unique<LocalComm>(); }
 
+// ZLM_PROCESS_GROUP_ALONE=1: a group of one rank (the run's, and every
+// sub-group's) still goes through the process group instead of LocalComm, so
+// that one GPU runs NCCL's code paths (the GPU tests; see tests/gpu/).
+bool alone_in_group() {
+  const char* v = std::getenv("ZLM_PROCESS_GROUP_ALONE");
+  return v && std::string(v) == "1";
+}
+
 class C10dComm final : public Comm {
  public:
   C10dComm(const DistEnv& env, const std::string& backend, int gpu, std::chrono::milliseconds timeout)
@@ -184,7 +192,7 @@ class C10dComm final : public Comm {
   std::unique_ptr<Comm> new_group(const std::string& group, const std::vector<int>& ranks) override {
     auto me = std::find(ranks.begin(), ranks.end(), rank_);
     if (me == ranks.end()) throw Error(ErrorKind::Internal, "rank %d is not a member of group %s", rank_, group.c_str());
-    if (ranks.size() == 1) return make_local_comm();
+    if (ranks.size() == 1 && !alone_in_group()) return make_local_comm();
     return std::unique_ptr<Comm>(new C10dComm(*this, group, static_cast<int>(me - ranks.begin()), static_cast<int>(ranks.size())));
   }
   void barrier() override { wait("barrier", pg_->barrier()); }
@@ -296,7 +304,7 @@ void wait_work(c10d::Work& work, WaitOn on, std::chrono::milliseconds timeout) {
 }
 
 std::unique_ptr<Comm> make_comm(const DistEnv& env, const std::string& backend, int gpu, std::chrono::milliseconds timeout) {
-  if (env.world_size == 1) return make_local_comm();
+  if (env.world_size == 1 && !alone_in_group()) return make_local_comm();
   return std::make_unique<C10dComm>(env, backend, gpu, timeout);
 }
 

@@ -1,6 +1,7 @@
 // Collectives for data, tensor and pipeline parallelism behind one interface,
 // with three implementations chosen by make_comm():
-//   world size 1  -> local (copies; no process group);
+//   world size 1  -> local (copies; no process group), unless
+//                    ZLM_PROCESS_GROUP_ALONE=1 (one GPU testing NCCL's paths);
 //   CPU tensors   -> c10d's Gloo backend from the LibTorch wheel (loopback or TCP);
 //   CUDA tensors  -> c10d's NCCL backend.
 // Rendezvous is a c10d TCPStore at MASTER_ADDR:MASTER_PORT (rank 0 serves it,

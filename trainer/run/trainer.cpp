@@ -7,6 +7,7 @@
 #include <csignal>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -129,6 +130,20 @@ struct Placement {
   torch::ScalarType grad_dtype = torch::kFloat;
 };
 
+// Megatron's --deterministic-mode: PyTorch's deterministic kernels (an op without one warns
+// instead of failing), cuBLAS with a fixed workspace (its reductions then keep one order) and
+// NCCL's ring algorithm unless NCCL_ALGO says otherwise. Before the first cuBLAS call.
+void use_deterministic_kernels(int rank) {
+  ::setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8", 0);
+  ::setenv("NCCL_ALGO", "Ring", 0);
+  at::globalContext().setDeterministicAlgorithms(true, /*warn_only=*/true);
+  at::globalContext().setDeterministicCuDNN(true);
+  at::globalContext().setBenchmarkCuDNN(false);
+  if (rank == 0)
+    ZLM_LOG_INF(" > --deterministic-mode: deterministic kernels, CUBLAS_WORKSPACE_CONFIG=%s, NCCL_ALGO=%s", std::getenv("CUBLAS_WORKSPACE_CONFIG"),
+                std::getenv("NCCL_ALGO"));
+}
+
 Placement place(const TrainArgs& a, const DistEnv& env) {
   Placement p;
   p.cuda = a.device == "cuda" || (a.device == "auto" && torch::cuda::is_available());
@@ -150,6 +165,7 @@ Placement place(const TrainArgs& a, const DistEnv& env) {
     at::globalContext().setFloat32MatmulPrecision("high");
     if (env.rank == 0) ZLM_LOG_INF(" > fp32 matrix products use TF32 on the GPU (NVIDIA_TF32_OVERRIDE=0 keeps full fp32)");
   }
+  if (a.deterministic_mode) use_deterministic_kernels(env.rank);
   p.backend = a.distributed_backend;
   if (!p.cuda && p.backend == "nccl") {
     if (env.rank == 0) ZLM_LOG_WRN("--distributed-backend nccl needs a GPU; training on CPU with gloo");
@@ -312,7 +328,7 @@ void Trainer::connect() {
                                                  strprintf("%s(gradients:%s)", c10::toString(pl_.param_dtype()), c10::toString(pl_.grad_dtype))));
   grid_ = std::make_unique<ProcessGrid>(*world_, static_cast<int>(a_.tensor_model_parallel_size),
                                         static_cast<int>(a_.pipeline_model_parallel_size));
-  if (env_.world_size > 1) {
+  if (env_.world_size > 1 || world_->backend() != "local") {  // (a process group of one rank: ZLM_PROCESS_GROUP_ALONE)
     ZLM_LOG_INF(" > initialized tensor model parallel with size %d", grid_->tp_size());
     ZLM_LOG_INF(" > initialized pipeline model parallel with size %d", grid_->pp_size());
     ZLM_LOG_INF(" > initialized data parallel with size %d (%s backend, launched by %s, rendezvous %s:%d)", grid_->dp_size(),

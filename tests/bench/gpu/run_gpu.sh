@@ -15,7 +15,9 @@
 #   6  the optimizer step of a 1.2B GPT-2 on the GPU and offloaded to the CPU,
 #      against PyTorch's fused AdamW on the host
 #   7  llm.c (train_gpt2cu -e d12, same batch and sequence, on our data) built
-#      here from a copy of it that the run carries (LLMC_DIR, .llmc by default)
+#      here from a copy of it that the run carries (LLMC_DIR, .llmc by default),
+#      or LLMC_BIN, built already
+#   8  compute-sanitizer (memcheck, synccheck) over the offload path
 # The build: BIN=DIR, or the carried trainer-alone build (build-kit/bin, made by
 # tests/bench/gpu/build_kit.sh on the CPU machine), or else one built here into
 # build-gpu (nvcc and CMake are on the GPU machine). LD_LIBRARY_PATH gets the
@@ -31,15 +33,12 @@
 #   DRY=1 BIN=build/bin PART=1 tests/bench/gpu/run_gpu.sh   # tiny shapes on the CPU (dry_test.sh)
 set -uo pipefail
 cd "$(dirname "$0")/../../.."
-START=$SECONDS
+source tests/bench/gpu/env.sh  # PY, LD_LIBRARY_PATH, START, OUT
 BUDGET=${PART_BUDGET:-540}
-OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT/logs"
 PART=${PART:-0}
 table="$OUT/gpu_bench.md"
 trap 'echo; cat "$table" 2>/dev/null' EXIT
-# The project's .venv where there is one (the CPU machine); the GPU machine's python3 has torch.
-if [[ -z "${PY:-}" ]]; then PY=python3; [[ -x .venv/bin/python ]] && PY=.venv/bin/python; fi
 DATA=tests/data/megatron/meg-gpt2-openwebtext_text_document
 VOCAB=tests/data/gpt2/gpt2-vocab.json
 log() { echo "[kit] $*" | tee -a "$OUT/logs/status.txt" >&2; }
@@ -54,18 +53,8 @@ elif [[ $GPU == *PCIe* ]]; then PEAK=756
 else PEAK=989.4; fi  # H100 SXM (HBM3), H200
 echo "$GPU" > "$OUT/logs/gpu.txt"
 
-# ---- libraries for carried binaries -----------------------------------------
-libs=$($PY - <<'PYEOF' 2>/dev/null
-import glob, os, torch
-site = os.path.dirname(os.path.dirname(torch.__file__))
-print(":".join([os.path.join(os.path.dirname(torch.__file__), "lib")] + sorted(glob.glob(os.path.join(site, "nvidia", "*", "lib"))) +
-               sorted(glob.glob(os.path.join(site, "nvidia", "cu*", "lib")))))
-PYEOF
-)
-export LD_LIBRARY_PATH="${libs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-
 # The table first: a part whose build fails still leaves one, saying so.
-DEVICE=cuda EXTRA=(--bf16) SEQ=1024 ITERS=30 LOGI=10
+DEVICE=cuda EXTRA=(--bf16) SEQ=1024 ITERS=30 LOGI=10 SANITIZE=()
 if [[ -n "${DRY:-}" ]]; then DEVICE=cpu EXTRA=() SEQ=64 ITERS=4 LOGI=2; fi
 
 echo "Part $PART. GPU: $GPU; seq $SEQ; MFU = tokens/s * (6N + 12*L*h*T) / ${PEAK}e12" > "$table"
@@ -116,7 +105,7 @@ ours() {  # ours NAME LAYERS HIDDEN HEADS MICRO GLOBAL LIMIT [flags]
   limit=$(left "$7")
   shift 7
   rm -rf "$OUT/ckpt"
-  timeout "$limit" $BIN/pretrain_gpt --num-layers $L --hidden-size $h --num-attention-heads $heads --seq-length $SEQ \
+  timeout "$limit" "${SANITIZE[@]}" $BIN/pretrain_gpt --num-layers $L --hidden-size $h --num-attention-heads $heads --seq-length $SEQ \
     --max-position-embeddings $SEQ --micro-batch-size $micro --global-batch-size $global --train-iters $ITERS --lr 1.5e-4 \
     --lr-warmup-iters 2 --clip-grad 1.0 --data-path $DATA --vocab-file $VOCAB --split 949,50,1 --log-interval $LOGI \
     --eval-interval 100000 --eval-iters 0 --hidden-dropout 0 --attention-dropout 0 --device $DEVICE "${EXTRA[@]}" \
@@ -239,9 +228,12 @@ case $PART in
     log "llm.c: no copy at $LLMC (carry it: cp -r ../shared/anchors/llm.c .llmc, ignored by git)"
     echo "| GPT-2 124M | llm.c | not carried (see logs) | | | |" >> "$table"
   else
-    rm -rf "$OUT/llmc-build"; cp -r "$LLMC" "$OUT/llmc-build"
-    ( cd "$OUT/llmc-build" && PATH=$PATH:/usr/local/cuda/bin timeout "$(left 240)" make train_gpt2cu USE_CUDNN=0 NO_MULTI_GPU=1 GPU_COMPUTE_CAPABILITY=90 ) \
-      > "$OUT/logs/llmc_build.log" 2>&1 || log "llm.c: build failed (logs/llmc_build.log)"
+    if [[ -x "${LLMC_BIN:-}" ]]; then  # built already (session.sh builds it beside the other parts)
+      mkdir -p "$OUT/llmc-build" && cp "$LLMC_BIN" "$OUT/llmc-build/train_gpt2cu"
+    else
+      rm -rf "$OUT/llmc-build"; cp -r "$LLMC" "$OUT/llmc-build"
+      ( cd "$OUT/llmc-build" && llmc_make "$(left 240)" ) > "$OUT/logs/llmc_build.log" 2>&1 || log "llm.c: build failed (logs/llmc_build.log)"
+    fi
     B=${S124[3]} STEPS=30
     timeout "$(left 240)" "$OUT/llmc-build/train_gpt2cu" -i "$OUT/llmc_tokens.bin" -j "$OUT/llmc_tokens.bin" -e d12 -b "$B" -t $SEQ \
       -d $(( ${S124[4]} * SEQ )) -x $STEPS -v 100000 -s 100000 -h 0 > "$OUT/logs/llmc.log" 2>&1
@@ -258,5 +250,21 @@ print(f"| GPT-2 124M (124M) | llm.c train_gpt2cu -e d12 | {tok:,.0f} | {100 * to
 PYEOF
   fi
   ;;
-*) echo "PART is 0-7" >&2; exit 2 ;;
+8)
+  # compute-sanitizer (memcheck, then synccheck) over 2 iterations of a tiny model at ZeRO-3 with
+  # the optimizer and the parameters offloaded: the copy stream and the compute stream together.
+  SAN=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null | head -1)
+  for tool in memcheck synccheck; do
+    if [[ -n "${DRY:-}" || -z $SAN ]]; then
+      echo "| compute-sanitizer $tool | $([[ -n "${DRY:-}" ]] && echo "not run (dry: no GPU)" || echo "failed: no compute-sanitizer") | | | | |" >> "$table"
+      continue
+    fi
+    ITERS=2 LOGI=1 SEQ=128
+    SANITIZE=("$SAN" --tool "$tool" --error-exitcode 9 --print-limit 20)
+    ours san_$tool 2 128 4 2 4 $([[ $tool == memcheck ]] && echo 200 || echo 150) --zero-stage 3 --cpu-offload --offload-params
+    n=$(grep -o 'ERROR SUMMARY: [0-9]* error' "$OUT/logs/san_$tool.log" | tail -1)
+    echo "| compute-sanitizer $tool, ZeRO-3 + offload, 2 iterations | ${n:-failed (see logs)} | | | | |" >> "$table"
+  done
+  ;;
+*) echo "PART is 0-8" >&2; exit 2 ;;
 esac

@@ -20,7 +20,9 @@
 #     message (no hang), under our launcher and under torchrun-style env; a
 #     rank that hangs is given up on after --distributed-timeout-minutes;
 #     ranks started with different settings refuse to start;
-#  6. the delayed parameter update (see below).
+#  6. the delayed parameter update (see below);
+#  7. one rank through the process group (ZLM_PROCESS_GROUP_ALONE=1) equals the
+#     local run bit for bit.
 #   zero_test.sh SOURCE_DIR BIN_DIR PYTHON
 set -euo pipefail
 SRC=$1 BIN=$2 PY=$3
@@ -34,6 +36,13 @@ source "$SRC/tests/e2e/zero/common.sh"
 # The reference: one process, no launcher.
 $BIN/pretrain_gpt "${common[@]}" --save ref > ref.log 2>&1 || { tail ref.log; exit 1; }
 grep -q 'memory plan per rank' ref.log
+# One rank through the process group all the same (ZLM_PROCESS_GROUP_ALONE=1: how the GPU test runs
+# NCCL's code paths on one GPU; Gloo here), at stage 3 and in --deterministic-mode: the reference's bits.
+ZLM_PROCESS_GROUP_ALONE=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=$(free_port) $BIN/pretrain_gpt "${common[@]}" --zero-stage 3 \
+  --deterministic-mode --save alone > alone.log 2>&1 || { echo "FAIL: ZLM_PROCESS_GROUP_ALONE=1"; tail alone.log; exit 1; }
+grep -q 'initialized data parallel with size 1 (gloo backend' alone.log
+grep -q -- '--deterministic-mode: deterministic kernels' alone.log
+$CMP --rtol 0 --atol 0 ref alone
 
 # 1. every world size and stage, offload off; offload on for 2 and 3 ranks.
 runs=()
