@@ -26,19 +26,25 @@ void remove_tree(const std::string& path) {
 std::string read_file(const std::string& path) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) throw_errno("cannot open", path);
-  std::string out;
-  char buf[1 << 16];
+  // Read straight into the string, sized by fstat for a regular file (one more byte, so that
+  // the end is seen without growing); pipes and /proc files grow it as they go.
+  struct stat st {};
+  const bool regular = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
+  std::string out(regular ? static_cast<size_t>(st.st_size) + 1 : size_t{1} << 16, '\0');
+  size_t len = 0;
   for (;;) {
-    ssize_t n = ::read(fd, buf, sizeof buf);
+    if (len == out.size()) out.resize(out.size() * 2);
+    ssize_t n = ::read(fd, out.data() + len, out.size() - len);
     if (n < 0) {
       if (errno == EINTR) continue;
       ::close(fd);
       throw_errno("cannot read", path);
     }
     if (n == 0) break;
-    out.append(buf, static_cast<size_t>(n));
+    len += static_cast<size_t>(n);
   }
   ::close(fd);
+  out.resize(len);
   return out;
 }
 

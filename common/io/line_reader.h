@@ -23,6 +23,8 @@
 #include <string_view>
 #include <vector>
 
+#include "common/core/default_init.h"
+
 namespace zlm {
 
 enum class Compression { None, Gzip, Xz, Zstd };
@@ -64,7 +66,7 @@ class LineReader {
   std::string path_;
   Compression compression_ = Compression::None;  // before source_: set by its initializer
   std::unique_ptr<ByteSource> source_;
-  std::vector<char> buf_;
+  std::vector<char, DefaultInitAllocator<char>> buf_;  // not zeroed: every byte read is written first
   size_t begin_ = 0, end_ = 0;
   bool eof_ = false, bom_ = false;
   uint64_t line_number_ = 0, bytes_read_ = 0;

@@ -6,6 +6,9 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
 #include <queue>
 #include <unordered_map>
 
@@ -203,8 +206,13 @@ struct Gpt2Bpe::Impl {
   struct Merge {
     int32_t a, b, result;  // -1: a malformed line (keeps later ranks aligned; never matches)
   };
-  void load_vocab(const std::string& vocab_path);
-  std::vector<Merge> read_merges(const std::string& merges_path, const std::string& vocab_path);
+  void load_vocab(const std::string& text, const std::string& vocab_path);
+  std::vector<Merge> read_merges(const std::string& text, const std::string& merges_path, const std::string& vocab_path);
+  // The loaded model as bytes, and back (false: not a model of this format; see Gpt2Bpe::load).
+  std::string serialize() const;
+  bool deserialize(std::string_view bytes);
+  bool load_saved(const std::string& path, uint64_t key);
+  void save(const std::string& path, uint64_t key) const;
   void index_merges(const std::vector<Merge>& merges);
 
   void bpe_short(const int32_t* init, size_t n, std::vector<int32_t>& out) const;
@@ -232,13 +240,9 @@ Gpt2Bpe& Gpt2Bpe::operator=(Gpt2Bpe&&) noexcept = default;
 Gpt2Bpe::~Gpt2Bpe() = default;
 
 // vocab.json: {"token": id, ...}; symbols by id, and the 256 byte symbols.
-void Gpt2Bpe::Impl::load_vocab(const std::string& vocab_path) {
+void Gpt2Bpe::Impl::load_vocab(const std::string& text, const std::string& vocab_path) {
   simdjson::dom::parser parser;
-  simdjson::padded_string json;
-  if (simdjson::padded_string::load(vocab_path).get(json)) {
-    (void)read_file(vocab_path);  // throws the Io error with the reason
-    throw Error(ErrorKind::Io, "cannot read vocab file '%s'", vocab_path.c_str());
-  }
+  const simdjson::padded_string json(text);
   simdjson::dom::object obj;
   if (auto err = parser.parse(json).get_object().get(obj))
     throw Error(ErrorKind::Format, "%s: not a JSON object of token -> id: %s", vocab_path.c_str(), simdjson::error_message(err));
@@ -309,8 +313,8 @@ std::vector<std::string_view> words(std::string_view line) {
 // The merges in rank order. Every symbol a merge uses or makes must have an id
 // (the reference tokenizer fails with a KeyError when it meets one; here it
 // would become id 0), and every byte must have a token.
-std::vector<Gpt2Bpe::Impl::Merge> Gpt2Bpe::Impl::read_merges(const std::string& merges_path, const std::string& vocab_path) {
-  const std::string text = read_file(merges_path);
+std::vector<Gpt2Bpe::Impl::Merge> Gpt2Bpe::Impl::read_merges(const std::string& text, const std::string& merges_path,
+                                                            const std::string& vocab_path) {
   const std::vector<std::string_view> lines = split_lines(text);
   std::vector<Merge> out;
   out.reserve(lines.size());
@@ -364,11 +368,148 @@ void Gpt2Bpe::Impl::index_merges(const std::vector<Merge>& all) {
     if (max_create[sym] >= 0 && min_use[sym] != INT64_MAX && max_create[sym] > min_use[sym]) well_formed = false;
 }
 
+// ---- the saved model -------------------------------------------------------------
+// Parsing vocab.json and merges.txt and indexing the merges takes ~17 ms, most of a
+// short run's start (preprocess_data of a few MB). The parsed model is saved as
+// bytes under the cache directory, named by a hash of both files' bytes and of this
+// format, and later loads of the same files read it back (~2 ms). A saved model that
+// does not read back whole (truncated, another build's, a payload whose checksum
+// differs) is rebuilt from the files and saved again; a cache directory that cannot
+// be written only costs the time.
+namespace {
+
+constexpr char kModelMagic[8] = {'Z', 'L', 'M', 'B', 'P', 'E', '0', '1'};
+
+struct Writer {
+  std::string out;
+  template <class T>
+  void put(const T& v) {
+    out.append(reinterpret_cast<const char*>(&v), sizeof(T));
+  }
+  template <class T>
+  void put_vector(const std::vector<T>& v) {
+    put(static_cast<uint64_t>(v.size()));
+    out.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));
+  }
+  void put_bytes(std::string_view b) {
+    put(static_cast<uint32_t>(b.size()));
+    out.append(b);
+  }
+};
+
+struct Reader {
+  std::string_view in;
+  bool ok = true;
+  template <class T>
+  T get() {
+    T v{};
+    if (in.size() < sizeof(T)) return ok = false, v;
+    std::memcpy(&v, in.data(), sizeof(T));
+    in.remove_prefix(sizeof(T));
+    return v;
+  }
+  template <class T>
+  void get_vector(std::vector<T>& v) {
+    const auto n = get<uint64_t>();
+    if (!ok || n > in.size() / sizeof(T)) return void(ok = false);
+    v.resize(n);
+    std::memcpy(v.data(), in.data(), n * sizeof(T));
+    in.remove_prefix(n * sizeof(T));
+  }
+  std::string_view get_bytes() {
+    const auto n = get<uint32_t>();
+    if (!ok || n > in.size()) return ok = false, std::string_view();
+    std::string_view b = in.substr(0, n);
+    in.remove_prefix(n);
+    return b;
+  }
+};
+
+std::string model_cache_dir() {
+  if (const char* dir = std::getenv("ZLM_CACHE_DIR")) return dir;  // empty: no saved models
+  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg) return std::string(xdg) + "/zerolm";
+  if (const char* home = std::getenv("HOME"); home && *home) return std::string(home) + "/.cache/zerolm";
+  return "";
+}
+
+}  // namespace
+
+std::string Gpt2Bpe::Impl::serialize() const {
+  Writer w;
+  w.put(vocab_limit), w.put(static_cast<uint64_t>(vocab_entries)), w.put(static_cast<uint64_t>(merges)), w.put(eod);
+  w.put(static_cast<uint8_t>(well_formed)), w.put(id_mask), w.put(static_cast<uint64_t>(ids_used)), w.put(pair_mask);
+  w.put(byte_symbol);
+  w.put(static_cast<uint64_t>(symbols.size()));
+  for (const std::string& sym : symbols) w.put_bytes(sym);
+  w.put(static_cast<uint64_t>(aliases.size()));
+  for (const auto& [bytes, id] : aliases) w.put_bytes(bytes), w.put(id);
+  w.put_vector(id_slots);
+  w.put_vector(pairs);
+  return std::move(w.out);
+}
+
+bool Gpt2Bpe::Impl::deserialize(std::string_view bytes) {
+  Reader r{bytes};
+  vocab_limit = r.get<int32_t>(), vocab_entries = r.get<uint64_t>(), merges = r.get<uint64_t>(), eod = r.get<int32_t>();
+  well_formed = r.get<uint8_t>() != 0, id_mask = r.get<uint64_t>(), ids_used = r.get<uint64_t>(), pair_mask = r.get<uint64_t>();
+  for (int32_t& b : byte_symbol) b = r.get<int32_t>();
+  const auto n = r.get<uint64_t>();
+  if (!r.ok || n > bytes.size()) return false;
+  symbols.resize(n);
+  for (std::string& sym : symbols) sym = r.get_bytes();
+  const auto n_alias = r.get<uint64_t>();
+  for (uint64_t k = 0; r.ok && k < n_alias; ++k) {
+    const std::string_view b = r.get_bytes();
+    aliases.emplace(std::string(b), r.get<int32_t>());
+  }
+  r.get_vector(id_slots);
+  r.get_vector(pairs);
+  return r.ok && r.in.empty() && id_slots.size() == id_mask + 1 && pairs.size() == pair_mask + 1 && symbols.size() >= 256;
+}
+
+// The saved model at `path` when it is the one of these files (`key`) and its payload is whole.
+bool Gpt2Bpe::Impl::load_saved(const std::string& path, uint64_t key) {
+  std::string bytes;
+  try {
+    bytes = read_file(path);
+  } catch (const Error&) {
+    return false;  // not saved yet
+  }
+  if (bytes.size() < sizeof(kModelMagic) + 16 || std::memcmp(bytes.data(), kModelMagic, sizeof(kModelMagic)) != 0) return false;
+  Reader r{std::string_view(bytes).substr(sizeof(kModelMagic))};
+  const auto saved_key = r.get<uint64_t>(), checksum = r.get<uint64_t>();
+  return saved_key == key && checksum == XXH3_64bits(r.in.data(), r.in.size()) && deserialize(r.in);
+}
+
+void Gpt2Bpe::Impl::save(const std::string& path, uint64_t key) const {
+  const std::string payload = serialize();
+  Writer w;
+  w.out.append(kModelMagic, sizeof(kModelMagic));
+  w.put(key);
+  w.put(XXH3_64bits(payload.data(), payload.size()));
+  w.out += payload;
+  std::error_code ec;
+  std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
+  try {
+    write_file_atomic(path, w.out);
+  } catch (const Error&) {  // a read-only or full cache directory: the next load parses the files again
+  }
+}
+
 Gpt2Bpe Gpt2Bpe::load(const std::string& vocab_path, const std::string& merges_path) {
+  const std::string vocab_text = read_file(vocab_path), merges_text = read_file(merges_path);
+  const uint64_t key = XXH3_64bits_withSeed(merges_text.data(), merges_text.size(),
+                                            XXH3_64bits(vocab_text.data(), vocab_text.size()) ^ vocab_text.size());
+  const std::string dir = model_cache_dir();
+  const std::string saved = dir.empty() ? "" : dir + "/gpt2-bpe-" + std::to_string(key) + ".model";
+  if (!saved.empty()) {
+    if (Gpt2Bpe bpe; bpe.impl_->load_saved(saved, key)) return bpe;
+  }
   Gpt2Bpe bpe;
   Impl& m = *bpe.impl_;
-  m.load_vocab(vocab_path);
-  m.index_merges(m.read_merges(merges_path, vocab_path));
+  m.load_vocab(vocab_text, vocab_path);
+  m.index_merges(m.read_merges(merges_text, merges_path, vocab_path));
+  if (!saved.empty()) m.save(saved, key);
   return bpe;
 }
 

@@ -2,6 +2,9 @@
 
 #include <simdjson.h>
 
+#include <cstdlib>
+#include <filesystem>
+#include <optional>
 #include <random>
 #include <sstream>
 
@@ -258,6 +261,84 @@ TEST(Gpt2Bpe, MegatronMergesQuirks) {
   bpe.encode("abc", ids);
   EXPECT_EQ(ids, (std::vector<int32_t>{4}));
   EXPECT_EQ(bpe.eod_id(), 5);
+}
+
+// ZLM_CACHE_DIR for one scope ("" : no saved models).
+class CacheDir {
+ public:
+  explicit CacheDir(const std::string& dir) {
+    if (const char* old = std::getenv("ZLM_CACHE_DIR")) old_ = old;
+    ::setenv("ZLM_CACHE_DIR", dir.c_str(), 1);
+  }
+  ~CacheDir() { old_ ? (void)::setenv("ZLM_CACHE_DIR", old_->c_str(), 1) : (void)::unsetenv("ZLM_CACHE_DIR"); }
+
+ private:
+  std::optional<std::string> old_;
+};
+
+std::vector<std::string> saved_models(const std::string& dir) {
+  std::vector<std::string> out;
+  if (!std::filesystem::exists(dir)) return out;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) out.push_back(e.path().string());
+  return out;
+}
+
+// Every case of the stress set (ids from tiktoken and Hugging Face) through `bpe`.
+void expect_stress_set(const Gpt2Bpe& bpe, const char* key) {
+  simdjson::dom::parser parser;
+  std::istringstream in(test::slurp(data_path("tokenizer/stress.jsonl")));
+  for (std::string line; std::getline(in, line);) {
+    simdjson::dom::element doc = parser.parse(line);
+    std::vector<int32_t> want;
+    for (int64_t id : doc[key].get_array()) want.push_back(static_cast<int32_t>(id));
+    EXPECT_EQ(enc(bpe, doc["text"].get_string().value()), want) << key;
+  }
+}
+
+// The saved model: parsing the files, the load that saves the model and the one that reads it back
+// give the same ids as tiktoken; a damaged saved model is parsed again and rewritten; another
+// merges file is another model; a cache directory that cannot be written costs only the time.
+TEST(Gpt2Bpe, SavedModelIsTheFilesModel) {
+  test::TempDir dir;
+  const std::string cache = dir.path("cache"), vocab = data_path("gpt2/gpt2-vocab.json"), merges = data_path("gpt2/gpt2-merges.txt");
+  {
+    CacheDir none("");
+    expect_stress_set(Gpt2Bpe::load(vocab, merges), "ids_gpt2");
+  }
+  CacheDir scoped(cache);
+  const Gpt2Bpe saving = Gpt2Bpe::load(vocab, merges);
+  const std::vector<std::string> files = saved_models(cache);
+  ASSERT_EQ(files.size(), 1u);
+  const std::string saved_bytes = test::slurp(files[0]);
+  const Gpt2Bpe saved = Gpt2Bpe::load(vocab, merges);
+  for (const Gpt2Bpe* bpe : {&saving, &saved}) {
+    expect_stress_set(*bpe, "ids_gpt2");
+    EXPECT_EQ(bpe->vocab_size(), 50257u);
+    EXPECT_EQ(bpe->num_merges(), 50000u);
+    EXPECT_EQ(bpe->eod_id(), 50256);
+    EXPECT_TRUE(bpe->merges_well_formed());
+  }
+  for (const std::string& damaged : {saved_bytes.substr(0, saved_bytes.size() / 2), saved_bytes.substr(0, 20) + "x" + saved_bytes.substr(21),
+                                     saved_bytes.substr(0, saved_bytes.size() - 1) + "y"}) {
+    test::spit(files[0], damaged);
+    expect_stress_set(Gpt2Bpe::load(vocab, merges), "ids_gpt2");
+    EXPECT_EQ(test::slurp(files[0]), saved_bytes) << "the damaged saved model is rewritten";
+  }
+  expect_stress_set(Gpt2Bpe::load(data_path("megatron/gpt2-tiny-vocab.json"), data_path("megatron/gpt2-tiny-merges.txt")), "ids_tiny");
+  expect_stress_set(Gpt2Bpe::load(data_path("megatron/gpt2-tiny-vocab.json"), data_path("megatron/gpt2-tiny-merges.txt")), "ids_tiny");
+  EXPECT_EQ(saved_models(cache).size(), 2u);
+  // One id for two strings (the aliases) survives the round trip.
+  test::spit(dir.path("v.json"), vocab_with_all_bytes(R"("a": 0, "b": 0, "ab": 2, "x": 1)", 3));
+  test::spit(dir.path("m.txt"), "#version: 0.2\na b\n");
+  for (int pass = 0; pass < 2; ++pass) {
+    const auto bpe = Gpt2Bpe::load(dir.path("v.json"), dir.path("m.txt"));
+    EXPECT_EQ(enc(bpe, "a"), (std::vector<int32_t>{0})) << pass;
+    EXPECT_EQ(enc(bpe, "ab"), (std::vector<int32_t>{2})) << pass;
+    EXPECT_EQ(bpe.decode({0}), "b") << pass;
+  }
+  test::spit(dir.path("file"), "");
+  CacheDir unwritable(dir.path("file") + "/cache");
+  expect_stress_set(Gpt2Bpe::load(vocab, merges), "ids_gpt2");
 }
 
 TEST(Gpt2Bpe, BadFilesAreClearErrors) {
