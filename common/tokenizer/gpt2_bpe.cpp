@@ -15,6 +15,7 @@
 #include "common/core/error.h"
 #include "common/tokenizer/gpt2_pretokenizer.h"
 #include "common/core/files.h"
+#include "common/core/mapped_file.h"
 #include "common/core/output_file.h"
 #include "common/core/utf8.h"
 
@@ -47,12 +48,10 @@ int gpt2_codepoint_to_byte(uint32_t cp) { return cp < 512 ? byte_table().from_cp
 
 // ---- cache ---------------------------------------------------------------------
 
-namespace {
-uint64_t piece_hash(std::string_view s) {
-  uint64_t h = XXH3_64bits(s.data(), s.size());
+uint64_t BpeCache::hash(std::string_view s) {
+  const uint64_t h = XXH3_64bits(s.data(), s.size());
   return h ? h : 1;  // 0 marks an empty slot
 }
-}  // namespace
 
 BpeCache::BpeCache(size_t max_entries) : max_entries_(max_entries), slots_(4096, Slot{}) {}
 
@@ -63,16 +62,22 @@ void BpeCache::clear() {
   size_ = 0;
 }
 
-bool BpeCache::find(std::string_view piece, std::vector<int32_t>& out) const {
-  const uint64_t h = piece_hash(piece);
+bool BpeCache::find(std::string_view piece, uint64_t h, std::vector<int32_t>& out) const {
   const size_t mask = slots_.size() - 1;
   for (size_t i = h & mask;; i = (i + 1) & mask) {
     const Slot& s = slots_[i];
     if (s.hash == 0) return false;
-    if (s.hash == h && s.key_len == piece.size() && std::memcmp(keys_.data() + s.key_offset, piece.data(), piece.size()) == 0) {
-      out.insert(out.end(), ids_.data() + s.ids_offset, ids_.data() + s.ids_offset + s.ids_len);
-      return true;
+    if (s.hash != h || s.key_len != piece.size()) continue;
+    const char* key = s.key;
+    if (s.key_len > kInlineKey) {
+      uint32_t offset;
+      std::memcpy(&offset, s.key, sizeof offset);
+      key = keys_.data() + offset;
     }
+    if (std::memcmp(key, piece.data(), piece.size()) != 0) continue;
+    if (s.ids_len == 1) out.push_back(static_cast<int32_t>(s.ids));
+    else out.insert(out.end(), ids_.data() + s.ids, ids_.data() + s.ids + s.ids_len);
+    return true;
   }
 }
 
@@ -89,18 +94,31 @@ void BpeCache::grow() {
   }
 }
 
-void BpeCache::insert(std::string_view piece, const int32_t* ids, size_t n) {
-  if (piece.size() > UINT16_MAX || n > UINT16_MAX) return;
+void BpeCache::insert(std::string_view piece, uint64_t h, const int32_t* ids, size_t n) {
+  if (piece.size() > UINT8_MAX || n > UINT8_MAX || n == 0) return;
   if (size_ >= max_entries_ || keys_.size() + piece.size() > UINT32_MAX || ids_.size() + n > UINT32_MAX) clear();
   if ((size_ + 1) * 2 > slots_.size()) grow();
-  const uint64_t h = piece_hash(piece);
   const size_t mask = slots_.size() - 1;
   size_t i = h & mask;
   while (slots_[i].hash != 0) i = (i + 1) & mask;
-  slots_[i] = Slot{h, static_cast<uint32_t>(keys_.size()), static_cast<uint16_t>(piece.size()), static_cast<uint16_t>(n),
-                   static_cast<uint32_t>(ids_.size()), 0};
-  keys_.insert(keys_.end(), piece.begin(), piece.end());
-  ids_.insert(ids_.end(), ids, ids + n);
+  Slot& s = slots_[i];
+  s = Slot{};
+  s.hash = h;
+  s.key_len = static_cast<uint8_t>(piece.size());
+  s.ids_len = static_cast<uint8_t>(n);
+  if (piece.size() <= kInlineKey) {
+    std::memcpy(s.key, piece.data(), piece.size());
+  } else {
+    const auto offset = static_cast<uint32_t>(keys_.size());
+    std::memcpy(s.key, &offset, sizeof offset);
+    keys_.insert(keys_.end(), piece.begin(), piece.end());
+  }
+  if (n == 1) {
+    s.ids = static_cast<uint32_t>(ids[0]);
+  } else {
+    s.ids = static_cast<uint32_t>(ids_.size());
+    ids_.insert(ids_.end(), ids, ids + n);
+  }
   ++size_;
 }
 
@@ -206,8 +224,8 @@ struct Gpt2Bpe::Impl {
   struct Merge {
     int32_t a, b, result;  // -1: a malformed line (keeps later ranks aligned; never matches)
   };
-  void load_vocab(const std::string& text, const std::string& vocab_path);
-  std::vector<Merge> read_merges(const std::string& text, const std::string& merges_path, const std::string& vocab_path);
+  void load_vocab(std::string_view text, const std::string& vocab_path);
+  std::vector<Merge> read_merges(std::string_view text, const std::string& merges_path, const std::string& vocab_path);
   // The loaded model as bytes, and back (false: not a model of this format; see Gpt2Bpe::load).
   std::string serialize() const;
   bool deserialize(std::string_view bytes);
@@ -240,7 +258,7 @@ Gpt2Bpe& Gpt2Bpe::operator=(Gpt2Bpe&&) noexcept = default;
 Gpt2Bpe::~Gpt2Bpe() = default;
 
 // vocab.json: {"token": id, ...}; symbols by id, and the 256 byte symbols.
-void Gpt2Bpe::Impl::load_vocab(const std::string& text, const std::string& vocab_path) {
+void Gpt2Bpe::Impl::load_vocab(std::string_view text, const std::string& vocab_path) {
   simdjson::dom::parser parser;
   const simdjson::padded_string json(text);
   simdjson::dom::object obj;
@@ -281,7 +299,7 @@ void Gpt2Bpe::Impl::load_vocab(const std::string& text, const std::string& vocab
 namespace {
 
 // merges.txt split on '\n' (the first and the last element are not merges: Megatron drops them).
-std::vector<std::string_view> split_lines(const std::string& text) {
+std::vector<std::string_view> split_lines(std::string_view text) {
   std::vector<std::string_view> lines;
   for (size_t start = 0;;) {
     const size_t nl = text.find('\n', start);
@@ -313,7 +331,7 @@ std::vector<std::string_view> words(std::string_view line) {
 // The merges in rank order. Every symbol a merge uses or makes must have an id
 // (the reference tokenizer fails with a KeyError when it meets one; here it
 // would become id 0), and every byte must have a token.
-std::vector<Gpt2Bpe::Impl::Merge> Gpt2Bpe::Impl::read_merges(const std::string& text, const std::string& merges_path,
+std::vector<Gpt2Bpe::Impl::Merge> Gpt2Bpe::Impl::read_merges(std::string_view text, const std::string& merges_path,
                                                             const std::string& vocab_path) {
   const std::vector<std::string_view> lines = split_lines(text);
   std::vector<Merge> out;
@@ -469,14 +487,15 @@ bool Gpt2Bpe::Impl::deserialize(std::string_view bytes) {
 
 // The saved model at `path` when it is the one of these files (`key`) and its payload is whole.
 bool Gpt2Bpe::Impl::load_saved(const std::string& path, uint64_t key) {
-  std::string bytes;
+  MappedFile file;
   try {
-    bytes = read_file(path);
+    file = MappedFile(path);
   } catch (const Error&) {
     return false;  // not saved yet
   }
+  const std::string_view bytes(reinterpret_cast<const char*>(file.data()), file.size());
   if (bytes.size() < sizeof(kModelMagic) + 16 || std::memcmp(bytes.data(), kModelMagic, sizeof(kModelMagic)) != 0) return false;
-  Reader r{std::string_view(bytes).substr(sizeof(kModelMagic))};
+  Reader r{bytes.substr(sizeof(kModelMagic))};
   const auto saved_key = r.get<uint64_t>(), checksum = r.get<uint64_t>();
   return saved_key == key && checksum == XXH3_64bits(r.in.data(), r.in.size()) && deserialize(r.in);
 }
@@ -497,7 +516,9 @@ void Gpt2Bpe::Impl::save(const std::string& path, uint64_t key) const {
 }
 
 Gpt2Bpe Gpt2Bpe::load(const std::string& vocab_path, const std::string& merges_path) {
-  const std::string vocab_text = read_file(vocab_path), merges_text = read_file(merges_path);
+  const MappedFile vocab_file(vocab_path, "cannot read vocab file"), merges_file(merges_path, "cannot read merges file");
+  const std::string_view vocab_text(reinterpret_cast<const char*>(vocab_file.data()), vocab_file.size());
+  const std::string_view merges_text(reinterpret_cast<const char*>(merges_file.data()), merges_file.size());
   const uint64_t key = XXH3_64bits_withSeed(merges_text.data(), merges_text.size(),
                                             XXH3_64bits(vocab_text.data(), vocab_text.size()) ^ vocab_text.size());
   const std::string dir = model_cache_dir();
@@ -520,42 +541,55 @@ bool Gpt2Bpe::merges_well_formed() const { return impl_->well_formed; }
 
 // Megatron's bpe(): merge every occurrence of the lowest-rank pair, left to right.
 void Gpt2Bpe::Impl::bpe_short(const int32_t* init, size_t n, std::vector<int32_t>& out) const {
-  int32_t buf[2][kShortPiece * 4 + 8];
-  std::vector<int32_t> heap_buf[2];
-  int32_t* cur = buf[0];
-  int32_t* nxt = buf[1];
-  if (n > kShortPiece * 4 + 8) {
+  // The symbols, and for each adjacent pair its rank (INT32_MAX: no merge) and result. After a
+  // round only the pairs that touch a merged symbol are looked up again; the others keep theirs.
+  struct Sym {
+    int32_t value, rank, result;  // rank and result of the pair (this, next)
+    bool merged;
+  };
+  constexpr size_t kStack = kShortPiece * 4 + 8;
+  Sym stack_buf[2][kStack];
+  std::vector<Sym> heap_buf[2];
+  Sym* cur = stack_buf[0];
+  Sym* nxt = stack_buf[1];
+  if (n > kStack) {
     heap_buf[0].resize(n);
     heap_buf[1].resize(n);
     cur = heap_buf[0].data();
     nxt = heap_buf[1].data();
   }
-  std::copy(init, init + n, cur);
+  auto look_up = [this](Sym& s, int32_t next) {
+    const PairEntry* e = find_pair(s.value, next);
+    s.rank = e ? e->rank : INT32_MAX;
+    s.result = e ? e->result : 0;
+  };
+  for (size_t i = 0; i < n; ++i) cur[i] = Sym{init[i], INT32_MAX, 0, false};
+  // The first lookups are independent: start every one's memory load before using any (the
+  // pair table is larger than L2, and these misses were most of this function's time).
+  for (size_t i = 0; i + 1 < n; ++i) __builtin_prefetch(&pairs[mix(pair_key(cur[i].value, cur[i + 1].value)) & pair_mask]);
+  for (size_t i = 0; i + 1 < n; ++i) look_up(cur[i], cur[i + 1].value);
   while (n > 1) {
-    int32_t best_rank = INT32_MAX, a = 0, b = 0, result = 0;
-    for (size_t i = 0; i + 1 < n; ++i) {
-      const PairEntry* e = find_pair(cur[i], cur[i + 1]);
-      if (e && e->rank < best_rank) {
-        best_rank = e->rank;
-        a = cur[i];
-        b = cur[i + 1];
-        result = e->result;
-      }
-    }
-    if (best_rank == INT32_MAX) break;
+    int32_t best = INT32_MAX;
+    for (size_t i = 0; i + 1 < n; ++i) best = std::min(best, cur[i].rank);
+    if (best == INT32_MAX) break;
+    // Every occurrence of the best pair, left to right (a rank names one pair).
     size_t k = 0;
     for (size_t i = 0; i < n;) {
-      if (i + 1 < n && cur[i] == a && cur[i + 1] == b) {
-        nxt[k++] = result;
+      if (i + 1 < n && cur[i].rank == best) {
+        nxt[k++] = Sym{cur[i].result, INT32_MAX, 0, true};
         i += 2;
       } else {
-        nxt[k++] = cur[i++];
+        nxt[k] = cur[i++];
+        nxt[k++].merged = false;
       }
     }
+    for (size_t j = 0; j + 1 < k; ++j)
+      if (nxt[j].merged || nxt[j + 1].merged) look_up(nxt[j], nxt[j + 1].value);
+    if (k > 0) nxt[k - 1].rank = INT32_MAX;
     std::swap(cur, nxt);
     n = k;
   }
-  for (size_t i = 0; i < n; ++i) out.push_back(out_id(cur[i]));
+  for (size_t i = 0; i < n; ++i) out.push_back(out_id(cur[i].value));
 }
 
 // Same result in O(n log n): a heap of (rank, position) over a linked list.
@@ -599,10 +633,9 @@ void Gpt2Bpe::encode_piece(std::string_view piece, std::vector<int32_t>& out, Bp
     out.push_back(m.out_id(m.byte_symbol[static_cast<uint8_t>(piece[0])]));
     return;
   }
-  bool cacheable = cache && piece.size() <= kShortPiece;
-  if (cacheable) {
-    if (cache->find(piece, out)) return;
-  }
+  const bool cacheable = cache && piece.size() <= kShortPiece;
+  const uint64_t h = cacheable ? BpeCache::hash(piece) : 0;
+  if (cacheable && cache->find(piece, h, out)) return;
   // Whole piece already a vocab symbol reachable by merges? Still run BPE: the
   // merges decide, not the vocab.
   int32_t init_buf[kShortPiece];
@@ -618,7 +651,7 @@ void Gpt2Bpe::encode_piece(std::string_view piece, std::vector<int32_t>& out, Bp
   size_t before = out.size();
   if (piece.size() <= kShortPiece || !m.well_formed) m.bpe_short(init, piece.size(), out);
   else m.bpe_heap(init, piece.size(), out);
-  if (cacheable) cache->insert(piece, out.data() + before, out.size() - before);
+  if (cacheable) cache->insert(piece, h, out.data() + before, out.size() - before);
 }
 
 std::vector<int32_t> Gpt2Bpe::encode_piece_reference(std::string_view piece) const {

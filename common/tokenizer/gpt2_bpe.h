@@ -37,26 +37,34 @@
 namespace zlm {
 
 // Per-thread memo of piece -> ids: an open-addressing table (XXH3 hashes,
-// linear probing) whose keys and ids live in two arenas, so a hit costs one
-// hash, one probe or two and a memcmp. Memory is bounded: when it holds
-// max_entries pieces it is cleared and refilled. Not thread-safe.
+// linear probing) of 32-byte slots. A piece of up to 16 bytes is kept in its
+// slot, and so is its id when it has one (most pieces of text), so such a hit
+// reads one cache line; longer pieces and longer id lists live in two arenas
+// that the slot points into. Memory is bounded: when it holds max_entries
+// pieces it is cleared and refilled. Not thread-safe.
 class BpeCache {
  public:
   explicit BpeCache(size_t max_entries = 1 << 18);
-  // On a hit, appends the ids to `out` and returns true.
-  bool find(std::string_view piece, std::vector<int32_t>& out) const;
-  void insert(std::string_view piece, const int32_t* ids, size_t n);
+  static uint64_t hash(std::string_view piece);
+  // On a hit, appends the ids to `out` and returns true. `h` is hash(piece).
+  bool find(std::string_view piece, uint64_t h, std::vector<int32_t>& out) const;
+  bool find(std::string_view piece, std::vector<int32_t>& out) const { return find(piece, hash(piece), out); }
+  // Pieces over 255 bytes or 255 ids are not kept.
+  void insert(std::string_view piece, uint64_t h, const int32_t* ids, size_t n);
+  void insert(std::string_view piece, const int32_t* ids, size_t n) { insert(piece, hash(piece), ids, n); }
   size_t size() const { return size_; }
 
  private:
-  struct Slot {
-    uint64_t hash;       // 0 = empty
-    uint32_t key_offset;
-    uint16_t key_len;
-    uint16_t ids_len;
-    uint32_t ids_offset;
-    uint32_t unused;
+  static constexpr size_t kInlineKey = 16;
+  struct alignas(32) Slot {
+    uint64_t hash;      // 0 = empty
+    uint8_t key_len;    // bytes of the piece
+    uint8_t ids_len;    // its ids
+    uint16_t unused;
+    uint32_t ids;       // the id when ids_len == 1, else its ids' offset in ids_
+    char key[kInlineKey];  // the piece when key_len <= 16, else its offset in keys_ (4 bytes)
   };
+  static_assert(sizeof(Slot) == 32);
   void grow();
   void clear();
   size_t max_entries_, size_ = 0;

@@ -4,6 +4,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <map>
 #include <optional>
 #include <random>
 #include <sstream>
@@ -261,6 +262,48 @@ TEST(Gpt2Bpe, MegatronMergesQuirks) {
   bpe.encode("abc", ids);
   EXPECT_EQ(ids, (std::vector<int32_t>{4}));
   EXPECT_EQ(bpe.eod_id(), 5);
+}
+
+// The piece cache against a plain map: pieces of 1 to 80 bytes (kept in the slot up to 16, in the
+// arena past it) with 1 to 9 ids (in the slot for one), through growth and through clearing when
+// full; pieces over 255 bytes are not kept.
+TEST(BpeCache, FindsWhatWasInsertedInlineOrNot) {
+  std::mt19937 rng(5);
+  std::map<std::string, std::vector<int32_t>> want;
+  BpeCache cache(3000);
+  std::vector<int32_t> got;
+  for (int k = 0; k < 2500; ++k) {
+    std::string piece(1 + rng() % 80, ' ');
+    for (char& c : piece) c = static_cast<char>('a' + rng() % 3);
+    if (want.count(piece)) continue;
+    std::vector<int32_t> ids(1 + rng() % 9);
+    for (int32_t& id : ids) id = static_cast<int32_t>(rng() % 60000);
+    cache.insert(piece, ids.data(), ids.size());
+    want[piece] = ids;
+  }
+  EXPECT_EQ(cache.size(), want.size());
+  size_t inline_both = 0;
+  for (const auto& [piece, ids] : want) {
+    got.assign({-7});
+    ASSERT_TRUE(cache.find(piece, got)) << piece;
+    EXPECT_EQ(got, [&] { auto v = ids; v.insert(v.begin(), -7); return v; }()) << piece;
+    inline_both += piece.size() <= 16 && ids.size() == 1;
+    got.clear();
+    EXPECT_FALSE(cache.find(piece + "z", got));
+  }
+  EXPECT_GT(inline_both, 10u);
+  const std::string first = want.begin()->first;
+  for (int k = 0; cache.size() < 3000; ++k) {  // fill to the bound: the next insert clears
+    const std::string p = "fill" + std::to_string(k);
+    const int32_t id = k;
+    cache.insert(p, &id, 1);
+  }
+  const int32_t id = 1;
+  cache.insert("after", &id, 1);
+  EXPECT_EQ(cache.size(), 1u);
+  EXPECT_FALSE(cache.find(first, got));
+  cache.insert(std::string(256, 'x'), &id, 1);
+  EXPECT_FALSE(cache.find(std::string(256, 'x'), got));
 }
 
 // ZLM_CACHE_DIR for one scope ("" : no saved models).
