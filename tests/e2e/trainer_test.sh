@@ -10,6 +10,7 @@
 #  3. a corrupt checkpoint is a clear error, also when damaged inside the archive
 #     (pretrain_gpt, convert_gpt and generate_gpt name the damaged tensor);
 #     a diverging run stops at the first NaN and saves no NaN state;
+#  4. Megatron's timers (--timing-log-level) add up to the iteration's time;
 #  4. Megatron's tutorial flags are accepted (parsing only: --help path).
 #   trainer_test.sh SOURCE_DIR BIN_DIR
 set -euo pipefail
@@ -112,6 +113,25 @@ assert all(torch.isfinite(p).all() for p in m.model.parameters()), "a NaN checkp
 PYEOF
 if $BIN/pretrain_gpt "${common[@]}" --lr 1e30 --lr-warmup-iters 0 --train-iters 4 --eval-iters 0 --no-check-for-nan-in-loss-and-grad \
     > diverge_on.log 2>&1; then :; else echo "FAIL: --no-check-for-nan-in-loss-and-grad stopped"; cat diverge_on.log; exit 1; fi
+# Megatron's timers (--timing-log-level): the block after each log line, the same phases in
+# metrics.jsonl, adding up to at least 80% and at most 101% of the iteration's time.
+$BIN/pretrain_gpt "${common[@]}" --train-iters 20 --log-interval 10 --eval-iters 0 --timing-log-level 2 --save timed > timed.log 2>&1 ||
+  { echo "FAIL: --timing-log-level"; tail timed.log; exit 1; }
+grep -q '^(min, max) time across ranks (ms):$' timed.log && grep -q '^    forward-backward \.*: ([0-9.]*, [0-9.]*)$' timed.log
+$SRC/.venv/bin/python - timed/metrics.jsonl <<'PYEOF'
+import json, sys
+rows = [r for r in map(json.loads, open(sys.argv[1])) if "lr" in r]
+assert len(rows) == 2, rows
+for r in rows:
+    t = r["timers_ms"]
+    assert list(t) == ["forward-backward", "all-grads-sync", "optimizer", "optimizer-clip-main-grad", "optimizer-inner-step"], t
+    parts = t["forward-backward"] + t["all-grads-sync"] + t["optimizer"]
+    step = 1000 * r["seconds_per_iteration"]
+    assert 0.8 * step <= parts <= 1.01 * step, (parts, step)
+    assert t["optimizer-clip-main-grad"] + t["optimizer-inner-step"] <= t["optimizer"] * 1.001, t
+PYEOF
+if $BIN/pretrain_gpt "${common[@]}" --timing-log-option median > tlo.log 2>&1; then echo "FAIL: --timing-log-option median accepted"; exit 1; fi
+grep -q -- '--timing-log-option' tlo.log
 # An unknown flag is named; the tutorial's --fp16 on CPU warns and trains in fp32 (checked above by the run itself).
 if $BIN/pretrain_gpt "${common[@]}" --no-such-flag > flag.log 2>&1; then echo "FAIL: unknown flag accepted"; exit 1; fi
 grep -q "unknown flag '--no-such-flag'" flag.log

@@ -104,7 +104,11 @@ std::map<std::string, Spec> specs() {
   str("--tensorboard-dir", &TrainArgs::tensorboard_dir, "write TensorBoard event files here (rank 0; Megatron's scalar tags)");
   i64("--tensorboard-log-interval", &TrainArgs::tensorboard_log_interval, "iterations between TensorBoard training scalars (default 1)");
   i64("--tensorboard-queue-size", &TrainArgs::tensorboard_queue_size, "TensorBoard scalars held before they are written (default 1000)");
-  flag("--log-timers-to-tensorboard", &TrainArgs::log_timers_to_tensorboard, "TensorBoard: iteration-time at every --log-interval");
+  flag("--log-timers-to-tensorboard", &TrainArgs::log_timers_to_tensorboard,
+       "TensorBoard: iteration-time, and with --timing-log-level each phase's <name>-time, at every --log-interval");
+  i64("--timing-log-level", &TrainArgs::timing_log_level,
+      "time the step's phases (forward-backward, all-grads-sync, optimizer, ...) and print them at every --log-interval: 0 (default), 1 or 2");
+  str("--timing-log-option", &TrainArgs::timing_log_option, "the phases' times across ranks: max, minmax (default) or all");
   flag("--log-batch-size-to-tensorboard", &TrainArgs::log_batch_size_to_tensorboard, "TensorBoard: batch-size");
   flag("--log-validation-ppl-to-tensorboard", &TrainArgs::log_validation_ppl_to_tensorboard, "TensorBoard: lm loss validation ppl");
   flag("--log-memory-to-tensorboard", &TrainArgs::log_memory_to_tensorboard, "TensorBoard: the CUDA allocator's mem-* figures (CUDA runs)");

@@ -65,6 +65,8 @@ struct TrainArgs {
   // TensorBoard (trainer/report/tensorboard.h), Megatron's flags and defaults
   std::string tensorboard_dir;
   int64_t tensorboard_log_interval = 1, tensorboard_queue_size = 1000;
+  int64_t timing_log_level = 0;             // Megatron's timers: 0 none, 1 and 2 (trainer/report/phase_timers.h)
+  std::string timing_log_option = "minmax";  // max, minmax or all
   bool log_timers_to_tensorboard = false, log_batch_size_to_tensorboard = false, log_validation_ppl_to_tensorboard = false;
   bool log_memory_to_tensorboard = false, log_world_size_to_tensorboard = false;
   bool log_learning_rate_to_tensorboard = true, log_loss_scale_to_tensorboard = true;

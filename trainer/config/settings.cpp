@@ -132,6 +132,9 @@ void Rules::schedule_and_logging() {
   require(a_.log_interval > 0, "--log-interval", "must be positive");
   require(a_.eval_interval > 0, "--eval-interval", "must be positive");
   require(a_.tensorboard_log_interval > 0, "--tensorboard-log-interval", "must be positive");
+  require(a_.timing_log_level >= 0 && a_.timing_log_level <= 2, "--timing-log-level", "must be 0, 1 or 2");
+  require(a_.timing_log_option == "max" || a_.timing_log_option == "minmax" || a_.timing_log_option == "all", "--timing-log-option",
+          "must be max, minmax or all");
   require(a_.tensorboard_queue_size > 0, "--tensorboard-queue-size", "must be positive");
   require(a_.lr_decay_style == "cosine" || a_.lr_decay_style == "linear" || a_.lr_decay_style == "constant", "--lr-decay-style",
           "must be cosine, linear or constant");

@@ -56,6 +56,13 @@ void TensorBoardLog::iteration_time(int64_t iteration, double seconds) {
   guarded([&] { w_->add_scalar("iteration-time", static_cast<float>(seconds), iteration); });
 }
 
+void TensorBoardLog::phase_times(int64_t iteration, const std::vector<std::pair<std::string, double>>& ms) {
+  if (!args_.log_timers_to_tensorboard) return;
+  guarded([&] {
+    for (const auto& [name, v] : ms) w_->add_scalar(name + "-time", static_cast<float>(v), iteration);
+  });
+}
+
 void TensorBoardLog::evaluation(const char* split, int64_t iteration, int64_t consumed_samples, double loss) {
   guarded([&] {
     const std::string tag = std::string("lm loss ") + split;

@@ -33,6 +33,8 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "trainer/config/megatron_args.h"
 
@@ -64,6 +66,8 @@ class TensorBoardLog {
   bool due(int64_t iteration) const { return iteration % args_.tensorboard_log_interval == 0; }
   void training(const TrainingScalars& s);
   void iteration_time(int64_t iteration, double seconds);
+  // With --log-timers-to-tensorboard: each phase's "<name>-time" (ms, the largest across ranks), as Megatron.
+  void phase_times(int64_t iteration, const std::vector<std::pair<std::string, double>>& ms);
   // split: "validation" or "test".
   void evaluation(const char* split, int64_t iteration, int64_t consumed_samples, double loss);
   void flush();

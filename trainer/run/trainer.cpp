@@ -32,6 +32,7 @@
 #include "trainer/model/tensor_parallel.h"
 #include "trainer/parallel/grid.h"
 #include "trainer/parallel/schedule.h"
+#include "trainer/report/phase_timers.h"
 #include "trainer/report/tensorboard.h"
 #include "trainer/zero/engine.h"
 
@@ -256,6 +257,16 @@ class Trainer {
     if (metrics_ && !*metrics_) throw Error(ErrorKind::Io, "cannot write the metrics file '%s' ---> HINT: is the disk full?", metrics_path_.c_str());
   }
   std::unique_ptr<TensorBoardLog> tb_;      // rank 0, with --tensorboard-dir
+  std::unique_ptr<PhaseTimers> timers_;     // with --timing-log-level
+  void time_start(const char* phase) {
+    if (timers_) timers_->start(phase);
+  }
+  void time_stop(const char* phase) {
+    if (timers_) timers_->stop(phase);
+  }
+  std::vector<std::vector<PhaseTimes>> gather_phase_times();
+  void write_metrics(double avg, double lr_now, double secs, double tflops, const std::vector<PhaseMax>& phases);
+  void tensorboard_training(double loss_avg, double grad_norm);
   LossScaler scaler_{1, 1, 1, 1, false};
   RunState st_;
   // The current log interval.
@@ -288,6 +299,10 @@ Trainer::Trainer(const TrainConfig& cfg, const DistEnv& env) : cfg_(cfg), a_(cfg
   connect();
   build_data();
   build_model();
+  if (a_.timing_log_level > 0)
+    timers_ = std::make_unique<PhaseTimers>(static_cast<int>(a_.timing_log_level), [cuda = pl_.cuda] {
+      if (cuda) torch::cuda::synchronize();
+    });
 }
 
 // What the settings came to, where they are not the flags as given (rank 0).
@@ -547,14 +562,23 @@ void Trainer::train_step() {
   const double loss_mult = pl_.fp16 ? scaler_.scale() : 1.0;
   // The loss sum stays on the device until the step's end: a read per
   // micro-batch would make the host wait for each backward.
+  time_start("forward-backward");
   torch::Tensor loss_sum = schedule_->train(micro_, stage_fns(*train_src_, st_.consumed_train, loss_mult / static_cast<double>(micro_)));
+  time_stop("forward-backward");
   // Mean over data-parallel ranks (the reduction sums) and the loss scale undone.
+  time_start("all-grads-sync");
   engine_->reduce_grads(1.0 / (loss_mult * static_cast<double>(grid_->dp_size())));
+  time_stop("all-grads-sync");
   if (Comm* emb = grid_->embedding()) {  // the tied embedding: first and last stage add their gradients
+    time_start("embedding-grads-all-reduce");
     torch::Tensor g = engine_->reduced_grad("wte.weight");
     emb->all_reduce_sum(g);
+    time_stop("embedding-grads-all-reduce");
   }
+  time_start("optimizer");
+  time_start("optimizer-clip-main-grad");
   const double grad_norm = std::sqrt(model_parallel_sum(engine_->grad_sum_of_squares()));
+  time_stop("optimizer-clip-main-grad");
   const bool found_inf = !std::isfinite(grad_norm);
   if (pl_.fp16) scaler_.update(found_inf);
   const double loss_avg = mean_loss(loss_sum, micro_, &stop_);
@@ -575,32 +599,70 @@ void Trainer::train_step() {
   } else {
     const double clip = a_.clip_grad > 0 ? std::min(1.0, a_.clip_grad / (grad_norm + 1e-6)) : 1.0;
     if (a_.log_num_zeros_in_grad) last_num_zeros_ = model_parallel_sum(engine_->grad_num_zeros());
+    time_start("optimizer-inner-step");
     engine_->step(lr, clip);
+    time_stop("optimizer-inner-step");
     interval_loss_ += loss_avg;
     ++interval_advanced_;
   }
+  time_stop("optimizer");
   if (a_.log_params_norm) last_params_norm_ = std::sqrt(model_parallel_sum(engine_->param_sum_of_squares()));
   ++st_.iteration;
   st_.consumed_train += a_.global_batch_size;
   ++interval_iters_;
-  if (tb_ && tb_->due(st_.iteration)) {
-    TrainingScalars t{.iteration = st_.iteration, .consumed_samples = st_.consumed_train, .batch_size = a_.global_batch_size,
-                      .world_size = world_->world(), .learning_rate = megatron_lr(a_, st_.iteration),
-                      .loss_scale = pl_.fp16 ? scaler_.scale() : 1.0};
-    t.loss = loss_avg;
-    if (!last_skipped_) t.grad_norm = grad_norm;
-    t.num_zeros = last_num_zeros_;
-    t.params_norm = last_params_norm_;
-    if (pl_.cuda) {
-      const CudaMemoryNow m = cuda_memory_now(pl_.gpu);
-      t.memory = TrainingScalars::Memory{m.reserved_bytes, m.allocated_bytes, m.allocated_count};
-    }
-    tb_->training(t);
+  if (tb_ && tb_->due(st_.iteration)) tensorboard_training(loss_avg, grad_norm);
+}
+
+// rank 0, every --tensorboard-log-interval: the step's scalars.
+void Trainer::tensorboard_training(double loss_avg, double grad_norm) {
+  TrainingScalars t{.iteration = st_.iteration, .consumed_samples = st_.consumed_train, .batch_size = a_.global_batch_size,
+                    .world_size = world_->world(), .learning_rate = megatron_lr(a_, st_.iteration),
+                    .loss_scale = pl_.fp16 ? scaler_.scale() : 1.0};
+  t.loss = loss_avg;
+  if (!last_skipped_) t.grad_norm = grad_norm;
+  t.num_zeros = last_num_zeros_;
+  t.params_norm = last_params_norm_;
+  if (pl_.cuda) {
+    const CudaMemoryNow m = cuda_memory_now(pl_.gpu);
+    t.memory = TrainingScalars::Memory{m.reserved_bytes, m.allocated_bytes, m.allocated_count};
   }
+  tb_->training(t);
+}
+
+// rank 0: the interval's line of metrics.jsonl.
+void Trainer::write_metrics(double avg, double lr_now, double secs, double tflops, const std::vector<PhaseMax>& phases) {
+  const int64_t gbs = a_.global_batch_size;
+  JsonObject m;
+  m.add("iteration", st_.iteration).add("consumed_samples", st_.consumed_train);
+  m.add("lm_loss", interval_advanced_ > 0 ? finite_or_null(avg) : std::nullopt).add("lr", lr_now);
+  m.add("grad_norm", last_skipped_ ? std::nullopt : finite_or_null(last_grad_norm_));
+  m.add("loss_scale", pl_.fp16 ? scaler_.scale() : 1.0).add("batch_size", gbs).add("world_size", world_->world());
+  if (last_num_zeros_) m.add("num_zeros", finite_or_null(*last_num_zeros_));
+  if (last_params_norm_) m.add("params_norm", finite_or_null(*last_params_norm_));
+  m.add("skipped_iterations", skipped_iters_).add("seconds_per_iteration", secs).add("tflops_per_rank", finite_or_null(tflops));
+  m.add("tokens_per_second", finite_or_null(static_cast<double>(gbs * a_.seq_length) / secs));
+  m.add("peak_device_bytes", pl_.cuda ? cuda_peak_allocated(pl_.gpu) : int64_t{0});
+  if (!phases.empty()) {
+    JsonObject t;  // each phase's largest time across ranks, ms per iteration
+    for (const PhaseMax& p : phases) t.add(p.name, p.max_ms);
+    m.add_raw("timers_ms", t.str());
+  }
+  *metrics_ << m.str() << std::endl;
+}
+
+// Every rank's phase times of this interval (every rank calls it: they are exchanged).
+std::vector<std::vector<PhaseTimes>> Trainer::gather_phase_times() {
+  if (!timers_) return {};
+  const std::string mine = encode_phase_times(timers_->take(interval_iters_));
+  std::vector<std::vector<PhaseTimes>> all;
+  for (const std::string& line : world_->exchange("phase-times/" + std::to_string(st_.iteration), mine)) all.push_back(decode_phase_times(line));
+  return all;
 }
 
 void Trainer::log_progress() {
   const int64_t T = a_.total_iters(), gbs = a_.global_batch_size;
+  const std::vector<std::vector<PhaseTimes>> phase_times = gather_phase_times();
+  const std::vector<PhaseMax> phases = phase_maxima(phase_times);
   if (env_.rank == 0) {
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - interval_start_).count() /
                         static_cast<double>(interval_iters_);
@@ -622,25 +684,16 @@ void Trainer::log_progress() {
                  last_num_zeros_ ? strprintf(" num zeros: %.1f |", *last_num_zeros_).c_str() : "",
                  last_params_norm_ ? strprintf(" params norm: %.3f |", *last_params_norm_).c_str() : "", (long)skipped_iters_, (long)nan_iters_,
                  static_cast<double>(gbs) / secs, tflops);
+    if (!phases.empty() && log_level() >= LogLevel::Inf) std::fprintf(stderr, "%s\n", format_phase_times(phase_times, a_.timing_log_option).c_str());
     if (pl_.cuda && st_.iteration == a_.log_interval)  // Megatron reports memory once, after the first interval
       std::fprintf(stderr, "%s\n", cuda_memory_report(env_.rank, st_.iteration, pl_.gpu).c_str());
-    if (metrics_)
-    {
-      JsonObject m;
-      m.add("iteration", st_.iteration).add("consumed_samples", st_.consumed_train);
-      m.add("lm_loss", interval_advanced_ > 0 ? finite_or_null(avg) : std::nullopt).add("lr", lr_now);
-      m.add("grad_norm", last_skipped_ ? std::nullopt : finite_or_null(last_grad_norm_));
-      m.add("loss_scale", pl_.fp16 ? scaler_.scale() : 1.0).add("batch_size", gbs).add("world_size", world_->world());
-      if (last_num_zeros_) m.add("num_zeros", finite_or_null(*last_num_zeros_));
-      if (last_params_norm_) m.add("params_norm", finite_or_null(*last_params_norm_));
-      m.add("skipped_iterations", skipped_iters_).add("seconds_per_iteration", secs).add("tflops_per_rank", finite_or_null(tflops));
-      m.add("tokens_per_second", finite_or_null(static_cast<double>(gbs * a_.seq_length) / secs));
-      m.add("peak_device_bytes", pl_.cuda ? cuda_peak_allocated(pl_.gpu) : int64_t{0});
-      *metrics_ << m.str() << std::endl;
-    }
+    if (metrics_) write_metrics(avg, lr_now, secs, tflops, phases);
     check_metrics();
     if (tb_) {
       tb_->iteration_time(st_.iteration, secs);
+      std::vector<std::pair<std::string, double>> tb_phases;
+      for (const PhaseMax& p : phases) tb_phases.emplace_back(p.name, p.max_ms);
+      tb_->phase_times(st_.iteration, tb_phases);
       tb_->flush();
     }
   }

@@ -8,7 +8,7 @@ set -euo pipefail
 SRC=$1 BIN=$2 PY=$3
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
-for part in 0 1 2 3 4 5 6 7 8; do
+for part in 0 1 2 3 4 5 6 7 8 9; do
   mkdir -p "$out/$part"
   start=$SECONDS
   PART=$part DRY=1 BIN=$BIN PY=$PY OUT=$out/$part "$SRC/tests/bench/gpu/run_gpu.sh" > "$out/$part.log" 2>&1 ||
@@ -28,4 +28,5 @@ grep -q 'ZeRO-3 + CPU offload' "$out/5/gpu_bench.md"
 [[ $(grep -c '^| zerolm on cpu\|^| torch.optim.AdamW' "$out/6/gpu_bench.md") == 3 ]]
 grep -q 'llm.c.*converted' "$out/7/gpu_bench.md"
 [[ $(grep -c 'compute-sanitizer.*not run (dry' "$out/8/gpu_bench.md") == 2 ]]
+grep -q '^| forward-backward | [0-9.]* |$' "$out/9/gpu_bench.md" && grep -q '^| optimizer | [0-9.]* |$' "$out/9/gpu_bench.md"
 echo "ok: the GPU kit runs (dry)"

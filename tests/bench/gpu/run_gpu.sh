@@ -18,6 +18,7 @@
 #      here from a copy of it that the run carries (LLMC_DIR, .llmc by default),
 #      or LLMC_BIN, built already
 #   8  compute-sanitizer (memcheck, synccheck) over the offload path
+#   9  where a 124M step's time goes (Megatron's timers, --timing-log-level 1)
 # The build: BIN=DIR, or the carried trainer-alone build (build-kit/bin, made by
 # tests/bench/gpu/build_kit.sh on the CPU machine), or else one built here into
 # build-gpu (nvcc and CMake are on the GPU machine). LD_LIBRARY_PATH gets the
@@ -266,5 +267,21 @@ PYEOF
     echo "| compute-sanitizer $tool, ZeRO-3 + offload, 2 iterations | ${n:-failed (see logs)} | | | | |" >> "$table"
   done
   ;;
-*) echo "PART is 0-8" >&2; exit 2 ;;
+9)
+  # Where a 124M step's time goes: Megatron's timers (--timing-log-level 1; each phase waits for
+  # the device, so this run is a little slower than part 1's), the last interval's phases in ms.
+  ours gpt2_124m_timed "${S124[@]}" 120 --timing-log-level 1
+  row "GPT-2 124M" "zerolm pretrain_gpt, --timing-log-level 1" "$OUT/logs/gpt2_124m_timed.jsonl" "${S124[0]}" "${S124[1]}"
+  $PY - "$OUT/logs/gpt2_124m_timed.jsonl" >> "$table" <<'PYEOF'
+import json, sys
+try:
+    t = [r for r in map(json.loads, open(sys.argv[1])) if "timers_ms" in r][-1]["timers_ms"]
+except (OSError, IndexError, ValueError):
+    print("\n| phase | ms per iteration |\n|---|---|\n| failed (see logs) | |"); sys.exit()
+print("\n| phase | ms per iteration |\n|---|---|")
+for name, ms in t.items():
+    print(f"| {name} | {ms:.2f} |")
+PYEOF
+  ;;
+*) echo "PART is 0-9" >&2; exit 2 ;;
 esac

@@ -8,7 +8,7 @@
 #   $OUT/logs.tar.gz       every log
 #   $OUT/gpu_ckpt.tar.gz   a tiny GPU-trained checkpoint, for generate_gpt and convert_gpt here
 # Parts: t = tests/gpu (the fused loss's kernel, then train_gpu_test.sh, or its sections in
-# TEST_ONLY, with NEED_T seconds), 0-8 = run_gpu.sh's.
+# TEST_ONLY, with NEED_T seconds), 0-9 = run_gpu.sh's.
 #   SESSION_BUDGET=540 PARTS="t 1 7 2 8" tests/bench/gpu/session.sh   # on the GPU machine
 set -uo pipefail
 cd "$(dirname "$0")/../../.."
@@ -22,7 +22,7 @@ summary=$OUT/summary.md
 echo "# GPU session $(date -u +%FT%TZ): $(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null | head -1)" > "$summary"
 left() { echo $(( BUDGET - (SECONDS - START) )); }
 # Each part's share of the budget (seconds): it starts only if that much is left.
-declare -A NEED=([t]=${NEED_T:-220} [0]=60 [1]=100 [2]=150 [3]=150 [4]=200 [5]=300 [6]=120 [7]=70 [8]=150)
+declare -A NEED=([t]=${NEED_T:-220} [0]=60 [1]=100 [2]=150 [3]=150 [4]=200 [5]=300 [6]=120 [7]=70 [8]=150 [9]=90)
 
 # llm.c, built beside the rest.
 if [[ -f .llmc/train_gpt2.cu ]]; then

@@ -43,6 +43,10 @@ ZLM_PROCESS_GROUP_ALONE=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=$(free_port) $BIN/pr
 grep -q 'initialized data parallel with size 1 (gloo backend' alone.log
 grep -q -- '--deterministic-mode: deterministic kernels' alone.log
 $CMP --rtol 0 --atol 0 ref alone
+# Megatron's timers on 2 ranks, pipeline 2 (the tied embedding's reduction on both stages), every rank's times.
+run timers 2 --pipeline-model-parallel-size 2 --timing-log-level 1 --timing-log-option all --log-interval 5
+grep -q '^times across ranks (ms):$' timers.log && grep -q '^  embedding-grads-all-reduce:$' timers.log
+[[ $(grep -c '^     rank  1: [0-9.]*$' timers.log) -ge 6 ]] || { echo "FAIL: every rank's times"; cat timers.log; exit 1; }
 
 # 1. every world size and stage, offload off; offload on for 2 and 3 ranks.
 runs=()
