@@ -396,6 +396,8 @@ void Gpt2Bpe::Impl::index_merges(const std::vector<Merge>& all) {
 // be written only costs the time.
 namespace {
 
+// The format's name and version: change it with the layout below (serialize), so that a model
+// saved by another build is parsed again rather than misread.
 constexpr char kModelMagic[8] = {'Z', 'L', 'M', 'B', 'P', 'E', '0', '1'};
 
 struct Writer {
