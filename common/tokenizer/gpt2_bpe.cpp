@@ -143,14 +143,25 @@ uint64_t mix(uint64_t x) {
 }  // namespace
 
 struct Gpt2Bpe::Impl {
-  std::vector<std::string> symbols;           // symbol id -> bytes
-  // bytes -> symbol id: open addressing over `symbols` (XXH3 of the bytes, linear probing; -1 empty).
+  // symbol id -> bytes: symbol_bytes[symbol_start[id], symbol_start[id + 1]) (one arena: saving and
+  // reading the model back copy two arrays instead of making 50,000 strings).
+  std::string symbol_bytes;
+  std::vector<uint32_t> symbol_start{0};
+  size_t num_symbols() const { return symbol_start.size() - 1; }
+  std::string_view symbol(size_t id) const {
+    return std::string_view(symbol_bytes).substr(symbol_start[id], symbol_start[id + 1] - symbol_start[id]);
+  }
+  void push_symbol(std::string_view bytes) {
+    symbol_bytes.append(bytes);
+    symbol_start.push_back(static_cast<uint32_t>(symbol_bytes.size()));
+  }
+  // bytes -> symbol id: open addressing over the symbols (XXH3 of the bytes, linear probing; -1 empty).
   // Loading does ~150k lookups (three per merge): a node-based map spent half the load time there.
   std::vector<int32_t> id_slots;
   uint64_t id_mask = 0;
   size_t ids_used = 0;
   // Tokens of a vocabulary that gives one id to several strings: all but the last string of
-  // that id (symbols[id] holds the last, as Megatron's decoder does; its encoder maps each).
+  // that id (symbol(id) is the last, as Megatron's decoder does; its encoder maps each).
   std::unordered_map<std::string, int32_t> aliases;
   int32_t vocab_limit = 0;                    // symbol ids >= this are not in the vocab
   size_t vocab_entries = 0;
@@ -165,7 +176,7 @@ struct Gpt2Bpe::Impl {
   size_t id_slot(std::string_view bytes) const {
     for (uint64_t i = XXH3_64bits(bytes.data(), bytes.size()) & id_mask;; i = (i + 1) & id_mask) {
       const int32_t id = id_slots[i];
-      if (id < 0 || symbols[static_cast<size_t>(id)] == bytes) return i;
+      if (id < 0 || symbol(static_cast<size_t>(id)) == bytes) return i;
     }
   }
   void reserve_ids(size_t n) {
@@ -176,12 +187,12 @@ struct Gpt2Bpe::Impl {
     id_slots.assign(cap, -1);
     id_mask = cap - 1;
     for (int32_t id : old)
-      if (id >= 0) id_slots[id_slot(symbols[static_cast<size_t>(id)])] = id;
+      if (id >= 0) id_slots[id_slot(symbol(static_cast<size_t>(id)))] = id;
   }
   // Registers symbol `id` under its bytes unless they have an id already (the first wins).
   void add_id(int32_t id) {
     if (2 * (ids_used + 1) > id_slots.size()) reserve_ids(ids_used + 1);
-    const size_t slot = id_slot(symbols[static_cast<size_t>(id)]);
+    const size_t slot = id_slot(symbol(static_cast<size_t>(id)));
     if (id_slots[slot] >= 0) return;
     id_slots[slot] = id;
     ++ids_used;
@@ -194,8 +205,8 @@ struct Gpt2Bpe::Impl {
     if (2 * (ids_used + 1) > id_slots.size()) reserve_ids(ids_used + 1);
     const size_t slot = id_slot(bytes);
     if (id_slots[slot] >= 0) return id_slots[slot];
-    auto id = static_cast<int32_t>(symbols.size());
-    symbols.emplace_back(bytes);
+    auto id = static_cast<int32_t>(num_symbols());
+    push_symbol(bytes);
     id_slots[slot] = id;
     ++ids_used;
     return id;
@@ -279,12 +290,13 @@ void Gpt2Bpe::Impl::load_vocab(std::string_view text, const std::string& vocab_p
   if (entries.empty()) throw Error(ErrorKind::Format, "%s: the vocabulary is empty", vocab_path.c_str());
   vocab_entries = entries.size();
   vocab_limit = static_cast<int32_t>(max_id + 1);
-  symbols.assign(static_cast<size_t>(max_id + 1), std::string());
+  std::vector<const std::string*> by_id(static_cast<size_t>(max_id + 1), nullptr);
+  for (const auto& [bytes, id] : entries) by_id[static_cast<size_t>(id)] = &bytes;  // the last string of an id
+  for (const std::string* bytes : by_id) push_symbol(bytes ? *bytes : std::string_view());
   reserve_ids(entries.size() + 1024);
-  for (const auto& [bytes, id] : entries) symbols[static_cast<size_t>(id)] = bytes;  // the last string of an id
   for (const auto& [bytes, id] : entries) {  // in file order: the first id of a string wins
     if (aliases.count(bytes) || id_slots[id_slot(bytes)] >= 0) continue;
-    if (symbols[static_cast<size_t>(id)] == bytes) {
+    if (symbol(static_cast<size_t>(id)) == bytes) {
       add_id(static_cast<int32_t>(id));
     } else {
       aliases.emplace(bytes, static_cast<int32_t>(id));
@@ -372,7 +384,7 @@ void Gpt2Bpe::Impl::index_merges(const std::vector<Merge>& all) {
   pair_mask = cap - 1;
   for (size_t r = 0; r < all.size(); ++r)
     if (all[r].a >= 0) put_pair(all[r].a, all[r].b, static_cast<int32_t>(r), all[r].result);
-  std::vector<int64_t> max_create(symbols.size(), -1), min_use(symbols.size(), INT64_MAX);
+  std::vector<int64_t> max_create(num_symbols(), -1), min_use(num_symbols(), INT64_MAX);
   for (size_t r = 0; r < all.size(); ++r) {
     const Merge& mg = all[r];
     if (mg.a < 0) continue;
@@ -382,7 +394,7 @@ void Gpt2Bpe::Impl::index_merges(const std::vector<Merge>& all) {
     min_use[mg.a] = std::min<int64_t>(min_use[mg.a], static_cast<int64_t>(r));
     min_use[mg.b] = std::min<int64_t>(min_use[mg.b], static_cast<int64_t>(r));
   }
-  for (size_t sym = 0; sym < symbols.size(); ++sym)
+  for (size_t sym = 0; sym < num_symbols(); ++sym)
     if (max_create[sym] >= 0 && min_use[sym] != INT64_MAX && max_create[sym] > min_use[sym]) well_formed = false;
 }
 
@@ -398,7 +410,7 @@ namespace {
 
 // The format's name and version: change it with the layout below (serialize), so that a model
 // saved by another build is parsed again rather than misread.
-constexpr char kModelMagic[8] = {'Z', 'L', 'M', 'B', 'P', 'E', '0', '1'};
+constexpr char kModelMagic[8] = {'Z', 'L', 'M', 'B', 'P', 'E', '0', '2'};
 
 struct Writer {
   std::string out;
@@ -459,8 +471,8 @@ std::string Gpt2Bpe::Impl::serialize() const {
   w.put(vocab_limit), w.put(static_cast<uint64_t>(vocab_entries)), w.put(static_cast<uint64_t>(merges)), w.put(eod);
   w.put(static_cast<uint8_t>(well_formed)), w.put(id_mask), w.put(static_cast<uint64_t>(ids_used)), w.put(pair_mask);
   w.put(byte_symbol);
-  w.put(static_cast<uint64_t>(symbols.size()));
-  for (const std::string& sym : symbols) w.put_bytes(sym);
+  w.put_vector(std::vector<char>(symbol_bytes.begin(), symbol_bytes.end()));
+  w.put_vector(symbol_start);
   w.put(static_cast<uint64_t>(aliases.size()));
   for (const auto& [bytes, id] : aliases) w.put_bytes(bytes), w.put(id);
   w.put_vector(id_slots);
@@ -473,10 +485,12 @@ bool Gpt2Bpe::Impl::deserialize(std::string_view bytes) {
   vocab_limit = r.get<int32_t>(), vocab_entries = r.get<uint64_t>(), merges = r.get<uint64_t>(), eod = r.get<int32_t>();
   well_formed = r.get<uint8_t>() != 0, id_mask = r.get<uint64_t>(), ids_used = r.get<uint64_t>(), pair_mask = r.get<uint64_t>();
   for (int32_t& b : byte_symbol) b = r.get<int32_t>();
-  const auto n = r.get<uint64_t>();
-  if (!r.ok || n > bytes.size()) return false;
-  symbols.resize(n);
-  for (std::string& sym : symbols) sym = r.get_bytes();
+  std::vector<char> arena;
+  r.get_vector(arena);
+  symbol_bytes.assign(arena.begin(), arena.end());
+  r.get_vector(symbol_start);
+  if (!r.ok || symbol_start.empty() || symbol_start.back() != symbol_bytes.size() || !std::is_sorted(symbol_start.begin(), symbol_start.end()))
+    return false;
   const auto n_alias = r.get<uint64_t>();
   for (uint64_t k = 0; r.ok && k < n_alias; ++k) {
     const std::string_view b = r.get_bytes();
@@ -484,7 +498,7 @@ bool Gpt2Bpe::Impl::deserialize(std::string_view bytes) {
   }
   r.get_vector(id_slots);
   r.get_vector(pairs);
-  return r.ok && r.in.empty() && id_slots.size() == id_mask + 1 && pairs.size() == pair_mask + 1 && symbols.size() >= 256;
+  return r.ok && r.in.empty() && id_slots.size() == id_mask + 1 && pairs.size() == pair_mask + 1 && num_symbols() >= 256;
 }
 
 // The saved model at `path` when it is the one of these files (`key`) and its payload is whole.
@@ -671,7 +685,7 @@ std::string Gpt2Bpe::decode_bytes(const std::vector<int32_t>& ids) const {
   std::string out;
   for (int32_t id : ids) {
     if (id < 0 || id >= impl_->vocab_limit) throw Error(ErrorKind::Usage, "token id %d is outside the vocabulary", id);
-    out += impl_->symbols[static_cast<size_t>(id)];
+    out += impl_->symbol(static_cast<size_t>(id));
   }
   return out;
 }

@@ -339,7 +339,8 @@ void expect_stress_set(const Gpt2Bpe& bpe, const char* key) {
 }
 
 // The saved model: parsing the files, the load that saves the model and the one that reads it back
-// give the same ids as tiktoken; a damaged saved model is parsed again and rewritten; another
+// give the same ids as tiktoken; a damaged saved model, or one of another format version, is parsed
+// again and rewritten; another
 // merges file is another model; a cache directory that cannot be written costs only the time.
 TEST(Gpt2Bpe, SavedModelIsTheFilesModel) {
   test::TempDir dir;
@@ -362,7 +363,7 @@ TEST(Gpt2Bpe, SavedModelIsTheFilesModel) {
     EXPECT_TRUE(bpe->merges_well_formed());
   }
   for (const std::string& damaged : {saved_bytes.substr(0, saved_bytes.size() / 2), saved_bytes.substr(0, 20) + "x" + saved_bytes.substr(21),
-                                     saved_bytes.substr(0, saved_bytes.size() - 1) + "y"}) {
+                                     saved_bytes.substr(0, saved_bytes.size() - 1) + "y", "ZLMBPE01" + saved_bytes.substr(8)}) {
     test::spit(files[0], damaged);
     expect_stress_set(Gpt2Bpe::load(vocab, merges), "ids_gpt2");
     EXPECT_EQ(test::slurp(files[0]), saved_bytes) << "the damaged saved model is rewritten";
