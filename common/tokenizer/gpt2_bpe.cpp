@@ -14,7 +14,6 @@
 
 #include "common/core/error.h"
 #include "common/tokenizer/gpt2_pretokenizer.h"
-#include "common/core/files.h"
 #include "common/core/mapped_file.h"
 #include "common/core/output_file.h"
 #include "common/core/utf8.h"
@@ -211,9 +210,11 @@ struct Gpt2Bpe::Impl {
     ++ids_used;
     return id;
   }
+  // Where the pair (a, b)'s probe starts.
+  uint64_t pair_home(uint64_t key) const { return mix(key) & pair_mask; }
   const PairEntry* find_pair(int32_t a, int32_t b) const {
     uint64_t key = pair_key(a, b);
-    for (uint64_t i = mix(key) & pair_mask;; i = (i + 1) & pair_mask) {
+    for (uint64_t i = pair_home(key);; i = (i + 1) & pair_mask) {
       const PairEntry& e = pairs[i];
       if (e.key == key) return &e;
       if (e.key == ~0ULL) return nullptr;
@@ -221,7 +222,7 @@ struct Gpt2Bpe::Impl {
   }
   void put_pair(int32_t a, int32_t b, int32_t rank, int32_t result) {
     uint64_t key = pair_key(a, b);
-    for (uint64_t i = mix(key) & pair_mask;; i = (i + 1) & pair_mask) {
+    for (uint64_t i = pair_home(key);; i = (i + 1) & pair_mask) {
       PairEntry& e = pairs[i];
       if (e.key == key || e.key == ~0ULL) {
         e = {key, rank, result};  // a repeated pair keeps its last rank (Python dict semantics)
@@ -401,8 +402,8 @@ void Gpt2Bpe::Impl::index_merges(const std::vector<Merge>& all) {
 // ---- the saved model -------------------------------------------------------------
 // Parsing vocab.json and merges.txt and indexing the merges takes ~17 ms, most of a
 // short run's start (preprocess_data of a few MB). The parsed model is saved as
-// bytes under the cache directory, named by a hash of both files' bytes and of this
-// format, and later loads of the same files read it back (~2 ms). A saved model that
+// bytes under the cache directory, named by a hash of both files' bytes, headed by
+// this format's name and version, and later loads of the same files read it back. A saved model that
 // does not read back whole (truncated, another build's, a payload whose checksum
 // differs) is rebuilt from the files and saved again; a cache directory that cannot
 // be written only costs the time.
@@ -418,10 +419,10 @@ struct Writer {
   void put(const T& v) {
     out.append(reinterpret_cast<const char*>(&v), sizeof(T));
   }
-  template <class T>
-  void put_vector(const std::vector<T>& v) {
+  template <class C>  // std::vector of trivially copyable values, or std::string
+  void put_vector(const C& v) {
     put(static_cast<uint64_t>(v.size()));
-    out.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));
+    out.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(typename C::value_type));
   }
   void put_bytes(std::string_view b) {
     put(static_cast<uint32_t>(b.size()));
@@ -440,8 +441,9 @@ struct Reader {
     in.remove_prefix(sizeof(T));
     return v;
   }
-  template <class T>
-  void get_vector(std::vector<T>& v) {
+  template <class C>
+  void get_vector(C& v) {
+    using T = typename C::value_type;
     const auto n = get<uint64_t>();
     if (!ok || n > in.size() / sizeof(T)) return void(ok = false);
     v.resize(n);
@@ -471,7 +473,7 @@ std::string Gpt2Bpe::Impl::serialize() const {
   w.put(vocab_limit), w.put(static_cast<uint64_t>(vocab_entries)), w.put(static_cast<uint64_t>(merges)), w.put(eod);
   w.put(static_cast<uint8_t>(well_formed)), w.put(id_mask), w.put(static_cast<uint64_t>(ids_used)), w.put(pair_mask);
   w.put(byte_symbol);
-  w.put_vector(std::vector<char>(symbol_bytes.begin(), symbol_bytes.end()));
+  w.put_vector(symbol_bytes);
   w.put_vector(symbol_start);
   w.put(static_cast<uint64_t>(aliases.size()));
   for (const auto& [bytes, id] : aliases) w.put_bytes(bytes), w.put(id);
@@ -485,9 +487,7 @@ bool Gpt2Bpe::Impl::deserialize(std::string_view bytes) {
   vocab_limit = r.get<int32_t>(), vocab_entries = r.get<uint64_t>(), merges = r.get<uint64_t>(), eod = r.get<int32_t>();
   well_formed = r.get<uint8_t>() != 0, id_mask = r.get<uint64_t>(), ids_used = r.get<uint64_t>(), pair_mask = r.get<uint64_t>();
   for (int32_t& b : byte_symbol) b = r.get<int32_t>();
-  std::vector<char> arena;
-  r.get_vector(arena);
-  symbol_bytes.assign(arena.begin(), arena.end());
+  r.get_vector(symbol_bytes);
   r.get_vector(symbol_start);
   if (!r.ok || symbol_start.empty() || symbol_start.back() != symbol_bytes.size() || !std::is_sorted(symbol_start.begin(), symbol_start.end()))
     return false;
@@ -582,7 +582,7 @@ void Gpt2Bpe::Impl::bpe_short(const int32_t* init, size_t n, std::vector<int32_t
   for (size_t i = 0; i < n; ++i) cur[i] = Sym{init[i], INT32_MAX, 0, false};
   // The first lookups are independent: start every one's memory load before using any (the
   // pair table is larger than L2, and these misses were most of this function's time).
-  for (size_t i = 0; i + 1 < n; ++i) __builtin_prefetch(&pairs[mix(pair_key(cur[i].value, cur[i + 1].value)) & pair_mask]);
+  for (size_t i = 0; i + 1 < n; ++i) __builtin_prefetch(&pairs[pair_home(pair_key(cur[i].value, cur[i + 1].value))]);
   for (size_t i = 0; i + 1 < n; ++i) look_up(cur[i], cur[i + 1].value);
   while (n > 1) {
     int32_t best = INT32_MAX;

@@ -114,10 +114,13 @@ PYEOF
 if $BIN/pretrain_gpt "${common[@]}" --lr 1e30 --lr-warmup-iters 0 --train-iters 4 --eval-iters 0 --no-check-for-nan-in-loss-and-grad \
     > diverge_on.log 2>&1; then :; else echo "FAIL: --no-check-for-nan-in-loss-and-grad stopped"; cat diverge_on.log; exit 1; fi
 # Megatron's timers (--timing-log-level): the block after each log line, the same phases in
-# metrics.jsonl, adding up to at least 80% and at most 101% of the iteration's time.
-$BIN/pretrain_gpt "${common[@]}" --train-iters 20 --log-interval 10 --eval-iters 0 --timing-log-level 2 --save timed > timed.log 2>&1 ||
-  { echo "FAIL: --timing-log-level"; tail timed.log; exit 1; }
+# metrics.jsonl and TensorBoard (<name>-time), adding up to at least 80% and at most 101% of the
+# iteration's time.
+$BIN/pretrain_gpt "${common[@]}" --train-iters 20 --log-interval 10 --eval-iters 0 --timing-log-level 2 --save timed \
+  --tensorboard-dir tb_timed --log-timers-to-tensorboard > timed.log 2>&1 || { echo "FAIL: --timing-log-level"; tail timed.log; exit 1; }
 grep -q '^(min, max) time across ranks (ms):$' timed.log && grep -q '^    forward-backward \.*: ([0-9.]*, [0-9.]*)$' timed.log
+grep -rqa 'forward-backward-time' tb_timed && grep -rqa 'optimizer-inner-step-time' tb_timed ||
+  { echo "FAIL: the phases' <name>-time scalars are not in the TensorBoard events"; exit 1; }
 $SRC/.venv/bin/python - timed/metrics.jsonl <<'PYEOF'
 import json, sys
 rows = [r for r in map(json.loads, open(sys.argv[1])) if "lr" in r]

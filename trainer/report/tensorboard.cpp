@@ -56,10 +56,10 @@ void TensorBoardLog::iteration_time(int64_t iteration, double seconds) {
   guarded([&] { w_->add_scalar("iteration-time", static_cast<float>(seconds), iteration); });
 }
 
-void TensorBoardLog::phase_times(int64_t iteration, const std::vector<std::pair<std::string, double>>& ms) {
+void TensorBoardLog::phase_times(int64_t iteration, const std::vector<PhaseMax>& phases) {
   if (!args_.log_timers_to_tensorboard) return;
   guarded([&] {
-    for (const auto& [name, v] : ms) w_->add_scalar(name + "-time", static_cast<float>(v), iteration);
+    for (const PhaseMax& p : phases) w_->add_scalar(p.name + "-time", static_cast<float>(p.max_ms), iteration);
   });
 }
 

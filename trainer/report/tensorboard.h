@@ -33,10 +33,10 @@
 #include <memory>
 #include <optional>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "trainer/config/megatron_args.h"
+#include "trainer/report/phase_timers.h"
 
 namespace zlm::formats {
 class EventFileWriter;
@@ -67,7 +67,7 @@ class TensorBoardLog {
   void training(const TrainingScalars& s);
   void iteration_time(int64_t iteration, double seconds);
   // With --log-timers-to-tensorboard: each phase's "<name>-time" (ms, the largest across ranks), as Megatron.
-  void phase_times(int64_t iteration, const std::vector<std::pair<std::string, double>>& ms);
+  void phase_times(int64_t iteration, const std::vector<PhaseMax>& phases);
   // split: "validation" or "test".
   void evaluation(const char* split, int64_t iteration, int64_t consumed_samples, double loss);
   void flush();

@@ -343,7 +343,7 @@ void Trainer::connect() {
                                                  strprintf("%s(gradients:%s)", c10::toString(pl_.param_dtype()), c10::toString(pl_.grad_dtype))));
   grid_ = std::make_unique<ProcessGrid>(*world_, static_cast<int>(a_.tensor_model_parallel_size),
                                         static_cast<int>(a_.pipeline_model_parallel_size));
-  if (env_.world_size > 1 || world_->backend() != "local") {  // (a process group of one rank: ZLM_PROCESS_GROUP_ALONE)
+  if (world_->backend() != "local") {  // several ranks, or one through a process group (ZLM_PROCESS_GROUP_ALONE)
     ZLM_LOG_INF(" > initialized tensor model parallel with size %d", grid_->tp_size());
     ZLM_LOG_INF(" > initialized pipeline model parallel with size %d", grid_->pp_size());
     ZLM_LOG_INF(" > initialized data parallel with size %d (%s backend, launched by %s, rendezvous %s:%d)", grid_->dp_size(),
@@ -691,9 +691,7 @@ void Trainer::log_progress() {
     check_metrics();
     if (tb_) {
       tb_->iteration_time(st_.iteration, secs);
-      std::vector<std::pair<std::string, double>> tb_phases;
-      for (const PhaseMax& p : phases) tb_phases.emplace_back(p.name, p.max_ms);
-      tb_->phase_times(st_.iteration, tb_phases);
+      tb_->phase_times(st_.iteration, phases);
       tb_->flush();
     }
   }
