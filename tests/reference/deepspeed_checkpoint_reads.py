@@ -26,94 +26,44 @@ Also refused: a DeepSpeed checkpoint without Megatron's args, naming why.
 
   deepspeed_checkpoint_reads.py BIN_DIR DATA_DIR WORK_DIR    (exit 77: a package is missing)
 """
-import argparse
 import json
 import os
 import subprocess
 import sys
 
-from reference_env import fresh_dir, missing
-
-os.environ["DS_ACCELERATOR"] = "cpu"
-try:
-    import numpy as np
-    import torch
-    import torch.multiprocessing as mp
-    import torch.nn.functional as F
-    import deepspeed  # noqa: F401  (importable: the workers use it)
-    from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
-    import megatron_cpu
-    from megatron_cpu import causal_mask, positions
-    from megatron_samples import sample_reader
-except ImportError as e:  # pragma: no cover
-    missing(e, "deepspeed or megatron-core")
+from reference_env import fresh_dir
+from deepspeed_run import GLOBAL, H, HEADS, L, MICRO, SEQ, TOKENS, VOCAB, Run, adamw_groups, end_worker, megatron_args, start_worker
+import numpy as np
+import torch
+import torch.multiprocessing as mp
+import torch.nn.functional as F
+from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
+import megatron_cpu
+from megatron_cpu import causal_mask, positions
+from megatron_samples import sample_reader
 
 BIN, DATA_DIR, WORK = sys.argv[1:4]
-DATA = os.path.join(DATA_DIR, "megatron", "meg-gpt2-openwebtext_text_document")
-VOCAB_FILE = os.path.join(DATA_DIR, "megatron", "gpt2-tiny-vocab.json")
-L, H, HEADS, SEQ, MICRO, GLOBAL, N, K, LR, SEED = 2, 64, 4, 32, 2, 4, 2, 3, 3e-3, 1234
-VOCAB = 5120  # the tiny vocabulary (5000 tokens) padded as pretrain_gpt pads it
-TOKENS = torch.tensor([[5, 17, 3, 99, 42, 0, 4999, 8, 640, 31]])
+N, K = 2, 3
+RUN = Run(BIN, DATA_DIR, WORK, iters=N + K)
 # and the pipeline engine at ZeRO 1, one stage on one rank, and two stages on two ranks
 CASES = [(world, stage) for world in (1, 2) for stage in (1, 2, 3)] + [("pipe1", 1), ("pipe2", 1)]
-INDEX = os.path.join(WORK, "cache", os.path.basename(DATA) + "_train_indexmap_%dns_%dsl_%ds" % ((N + K) * GLOBAL, SEQ, SEED))
-
-
-def pretrain(save, *extra):
-    cmd = [os.path.join(BIN, "pretrain_gpt"), "--num-layers", str(L), "--hidden-size", str(H), "--num-attention-heads", str(HEADS),
-           "--seq-length", str(SEQ), "--max-position-embeddings", str(SEQ), "--micro-batch-size", str(MICRO),
-           "--global-batch-size", str(GLOBAL), "--train-iters", str(N + K), "--lr", str(LR), "--lr-decay-style", "constant",
-           "--lr-warmup-iters", "0", "--weight-decay", "0.01", "--clip-grad", "0", "--data-path", DATA, "--vocab-file", VOCAB_FILE,
-           "--split", "949,50,1", "--log-interval", "1", "--eval-interval", "1000", "--eval-iters", "0", "--hidden-dropout", "0",
-           "--attention-dropout", "0", "--seed", str(SEED), "--save", save, "--data-cache-path", os.path.join(WORK, "cache"),
-           "--distributed-backend", "gloo"] + list(extra)
-    r = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"))
-    assert r.returncode == 0, r.stderr[-3000:]
-    return r.stderr
-
-
-def megatron_args(pp=1):
-    """What Megatron-DeepSpeed keeps in the engine's client state."""
-    return argparse.Namespace(num_layers=L, hidden_size=H, num_attention_heads=HEADS, max_position_embeddings=SEQ, seq_length=SEQ,
-                              padded_vocab_size=VOCAB, tensor_model_parallel_size=1, pipeline_model_parallel_size=pp,
-                              bias_gelu_fusion=True, openai_gelu=False, position_embedding_type="learned_absolute",
-                              normalization="LayerNorm", add_bias_linear=True, swiglu=False, untie_embeddings_and_output_weights=False,
-                              global_batch_size=GLOBAL, consumed_train_samples=N * GLOBAL, consumed_valid_samples=0, iteration=N,
-                              deepspeed=True, zero_stage=None)
 
 
 def worker(rank, world, stages, out):
-    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world))
-    torch.set_num_threads(1)
+    start_worker(out, rank, world)
     import deepspeed
-    megatron_cpu.init(out, rank, world)
-    sample = sample_reader(DATA, INDEX)
-    steps = GLOBAL // (MICRO * world)  # micro-batches per rank per iteration
+    sample = sample_reader(RUN.data, RUN.index)
     for stage in stages:
         model = megatron_cpu.gpt(L, H, HEADS, SEQ, VOCAB, seed=5)
-        decay = [p for p in model.parameters() if p.dim() >= 2]
-        no_decay = [p for p in model.parameters() if p.dim() < 2]
-        opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01}, {"params": no_decay, "weight_decay": 0.0}], lr=LR)
-        cfg = {"train_micro_batch_size_per_gpu": MICRO, "gradient_accumulation_steps": steps, "zero_optimization": {"stage": stage},
-               "gradient_clipping": 0.0, "steps_per_print": 10 ** 9}
-        engine, _, _, _ = deepspeed.initialize(model=model, optimizer=opt, config=cfg, dist_init_required=False)
-        mask = causal_mask(SEQ)
+        cfg = {"train_micro_batch_size_per_gpu": MICRO, "gradient_accumulation_steps": GLOBAL // (MICRO * world),
+               "zero_optimization": {"stage": stage}, "gradient_clipping": 0.0, "steps_per_print": 10 ** 9}
+        engine, _, _, _ = deepspeed.initialize(model=model, optimizer=adamw_groups(model), config=cfg, dist_init_required=False)
         losses = {}
         for it in range(1, N + K + 1):
-            total = torch.zeros(())
-            for m in range(steps):
-                first = (it - 1) * GLOBAL + rank * steps * MICRO + m * MICRO
-                batch = torch.tensor(np.stack([sample(first + b) for b in range(MICRO)]).astype(np.int64))
-                logits = engine(batch[:, :-1], positions(SEQ), mask)
-                loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), batch[:, 1:].reshape(-1))
-                engine.backward(loss)
-                engine.step()
-                total += loss.detach()
-            torch.distributed.all_reduce(total)
-            losses[it] = total.item() / (steps * world)
+            losses[it] = Run.iteration(engine, sample, it, rank, world)
             if it == N:
                 ckpt = os.path.join(out, f"w{world}_z{stage}")
-                engine.save_checkpoint(ckpt, client_state={"args": megatron_args(), "iteration": N, "checkpoint_version": 3.0})
+                engine.save_checkpoint(ckpt, client_state={"args": megatron_args(N), "iteration": N, "checkpoint_version": 3.0})
                 with torch.no_grad():
                     want = engine(TOKENS, positions(TOKENS.shape[1]), causal_mask(TOKENS.shape[1]))[0].float()
                 if rank == 0:
@@ -121,21 +71,17 @@ def worker(rank, world, stages, out):
         if rank == 0:
             with open(os.path.join(out, f"w{world}_z{stage}.losses.json"), "w") as f:
                 json.dump(losses, f)
-    torch.distributed.destroy_process_group()
-    sys.stdout.flush()
-    os._exit(0)  # past DeepSpeed's and Gloo's teardown: everything is on disk
+    end_worker()
 
 
 def pipe_worker(rank, stages, out):
     """DeepSpeed's pipeline engine (one stage, ZeRO 1) over a PipelineModule laid out as Megatron-DeepSpeed's
     GPTModelPipe: a tied embedding, transformer layers with its legacy names, the final LayerNorm, the tied
     head. Its weights are megatron-core's GPTModel's (seed 5), so it computes the same function."""
-    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(stages))
-    torch.set_num_threads(1)
+    start_worker(out, rank, stages)
     import deepspeed
     import torch.nn as nn
     from deepspeed.pipe import LayerSpec, PipelineModule, TiedLayerSpec
-    megatron_cpu.init(out, rank, stages)
     deepspeed.init_distributed(dist_backend="gloo")
 
     class EmbeddingPipe(nn.Module):
@@ -189,13 +135,11 @@ def pipe_worker(rank, stages, out):
                 sub, part = rest.rsplit(".", 1)
                 src = f"decoder.layers.{int(head) - 2}.{theirs[sub]}.{part}"
             p.copy_(core[src])
-    decay = [p for p in pipe.parameters() if p.dim() >= 2]
-    no_decay = [p for p in pipe.parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01}, {"params": no_decay, "weight_decay": 0.0}], lr=LR)
+    opt = adamw_groups(pipe)
     cfg = {"train_micro_batch_size_per_gpu": MICRO, "gradient_accumulation_steps": GLOBAL // MICRO, "zero_optimization": {"stage": 1},
            "gradient_clipping": 0.0, "steps_per_print": 10 ** 9}
     engine, _, _, _ = deepspeed.initialize(model=pipe, optimizer=opt, config=cfg, dist_init_required=False)
-    sample = sample_reader(DATA, INDEX)
+    sample = sample_reader(RUN.data, RUN.index)
 
     def batches(it):
         for m in range(GLOBAL // MICRO):
@@ -207,7 +151,7 @@ def pipe_worker(rank, stages, out):
         losses[it] = engine.train_batch(batches(it)).item()
         if it == N:
             ckpt = os.path.join(out, f"pipe{stages}_z1")
-            engine.save_checkpoint(ckpt, client_state={"args": megatron_args(pp=stages), "iteration": N, "checkpoint_version": 3.0})
+            engine.save_checkpoint(ckpt, client_state={"args": megatron_args(N, pp=stages), "iteration": N, "checkpoint_version": 3.0})
             with torch.no_grad():  # each stage runs its layers; the activation goes on to the next
                 h = TOKENS if rank == 0 else torch.empty(1, TOKENS.shape[1], H)
                 if rank > 0:
@@ -220,9 +164,7 @@ def pipe_worker(rank, stages, out):
     if rank == stages - 1:
         with open(os.path.join(out, f"pipe{stages}_z1.losses.json"), "w") as f:
             json.dump(losses, f)
-    torch.distributed.destroy_process_group()
-    sys.stdout.flush()
-    os._exit(0)
+    end_worker()
 
 
 def logits_of(dir_):
@@ -234,8 +176,8 @@ def logits_of(dir_):
 
 def main():
     fresh_dir(WORK)
-    pretrain(os.path.join(WORK, "index_run"))  # caches the sample index of N + K iterations, which DeepSpeed trains on
-    assert os.path.exists(INDEX + "_shuffle_idx.npy"), INDEX
+    RUN.pretrain(os.path.join(WORK, "index_run"))  # caches the sample index of N + K iterations, which DeepSpeed trains on
+    assert os.path.exists(RUN.index + "_shuffle_idx.npy"), RUN.index
     for world in (1, 2):
         out = fresh_dir(os.path.join(WORK, f"ds{world}"))
         mp.spawn(worker, args=(world, [s for w, s in CASES if w == world], out), nprocs=world, join=True)
@@ -252,16 +194,11 @@ def main():
         print(f"{'ok  ' if good else 'FAIL'} {name}: convert_gpt --load of DeepSpeed's checkpoint: logits within {diff:.1e} of the engine's")
 
         resumed = os.path.join(WORK, "resumed_" + name)
-        log = pretrain(resumed, "--load", ckpt)
+        log = RUN.pretrain(resumed, "--load", ckpt)
         assert "DeepSpeed checkpoint" in log and "Adam's moments and step" in log, log[-2000:]
         with open(os.path.join(WORK, f"ds{world}", name + ".losses.json")) as f:
             ref = {int(k): v for k, v in json.load(f).items()}
-        ours = {}
-        with open(os.path.join(resumed, "metrics.jsonl")) as f:
-            for line in f:
-                rec = json.loads(line)
-                if "consumed_samples" in rec and "split" not in rec:
-                    ours[rec["iteration"]] = rec["lm_loss"]
+        ours = Run.losses(resumed)
         assert sorted(ours) == list(range(N + 1, N + K + 1)), sorted(ours)
         worst = max(abs(ours[it] - ref[it]) / abs(ref[it]) for it in ours)
         good = worst <= 1e-5

@@ -309,6 +309,7 @@ bool load_imported_checkpoint(const TrainArgs& a, ImportedModel m, Gpt2& model, 
     ZLM_LOG_WRN("WARNING: the checkpoint's padded vocabulary has %ld rows, this run's %ld; padding rows %s", (long)s.vocab_size,
                 (long)c.vocab_size, s.vocab_size > c.vocab_size ? "dropped" : "added (copies of the last row)");
   const bool moments = !m.exp_avg.empty();
+  const auto shapes = engine.param_shapes();
   ZeroEngine::FullState full;
   for (const auto& item : model->named_parameters()) {
     const std::string& local = item.key();
@@ -321,9 +322,9 @@ bool load_imported_checkpoint(const TrainArgs& a, ImportedModel m, Gpt2& model, 
       return tp_slice(t, split, grid.tp_size(), grid.tp_rank());
     };
     torch::Tensor w = cut(it->second, true);
-    if (w.sizes() != item.value().sizes())
+    if (const std::vector<int64_t>& want = shapes.at(local); w.sizes() != c10::IntArrayRef(want))
       throw Error(ErrorKind::Usage, "--load %s: %s is %s there, %s in this run", a.load.c_str(), g.c_str(), c10::str(w.sizes()).c_str(),
-                  c10::str(item.value().sizes()).c_str());
+                  c10::str(want).c_str());
     full.params[local] = w;
     full.exp_avg[local] = moments ? cut(m.exp_avg.at(g), false) : torch::zeros_like(w);
     full.exp_avg_sq[local] = moments ? cut(m.exp_avg_sq.at(g), false) : torch::zeros_like(w);
@@ -477,28 +478,84 @@ struct RemoveOnFailure {
 };
 
 // Rank 0: the complete directory under its final name first, then the
-// tracker, so that a crash never leaves the tracker pointing at a partial
-// checkpoint; the same iteration saved again replaces its old copy only once
-// the new one is in place.
-void publish_checkpoint(const std::string& dir, const fs::path& tmp_dir, int64_t iteration) {
-  const fs::path final_dir = fs::path(dir) / iter_name(iteration);
-  const fs::path old = fs::path(dir) / (iter_name(iteration) + ".old." + std::to_string(::getpid()));
+// trackers (Megatron's; DeepSpeed's `latest` before it), so that a crash never
+// leaves a tracker pointing at a partial checkpoint; the same iteration saved
+// again replaces its old copy only once the new one is in place.
+void publish_checkpoint(const std::string& dir, const fs::path& tmp_dir, const std::string& name, int64_t iteration, bool deepspeed) {
+  const fs::path final_dir = fs::path(dir) / name;
+  const fs::path old = fs::path(dir) / (name + ".old." + std::to_string(::getpid()));
   const bool replacing = fs::exists(final_dir);
   if (replacing) fs::rename(final_dir, old);
   fs::rename(tmp_dir, final_dir);
+  if (deepspeed) write_file_atomic((fs::path(dir) / "latest").string(), name);
   write_file_atomic((fs::path(dir) / "latest_checkpointed_iteration.txt").string(), std::to_string(iteration));
   if (replacing) remove_tree(old.string());
 }
 
+// This tensor-parallel rank's files of DeepSpeed's checkpoint (--ckpt-format deepspeed),
+// every data-parallel rank's partition written from the gathered state.
+void write_deepspeed_files(Gpt2& model, const ZeroEngine::FullState& full, const ProcessGrid& grid, const RunState& st, DeepSpeedRun run,
+                           const fs::path& tag_dir) {
+  const GlobalNamed named = by_global_name(model, full);
+  const MegatronPart part{.config = model->config(), .tp = grid.tp_size(), .pp = 1, .tp_rank = grid.tp_rank(), .iteration = st.iteration,
+                          .consumed_train = st.consumed_train, .consumed_valid = st.consumed_valid};
+  run.dp_size = grid.dp_size();
+  run.iteration = st.iteration;
+  run.adam_step = full.step;
+  write_deepspeed_part(tag_dir.string(), part, named.params, named.exp_avg, named.exp_avg_sq, run);
+}
+
 }  // namespace
 
+DeepSpeedRun deepspeed_run(const TrainArgs& a, const RunState& st, int zero_stage, bool bf16) {
+  DeepSpeedRun r;
+  r.stage = zero_stage;
+  r.micro_batch = a.micro_batch_size;
+  r.global_batch = a.global_batch_size;
+  r.lr = megatron_lr(a, st.iteration);
+  r.weight_decay = a.weight_decay;
+  r.beta1 = a.adam_beta1;
+  r.beta2 = a.adam_beta2;
+  r.eps = a.adam_eps;
+  r.clip_grad = a.clip_grad;
+  r.bf16 = bf16;
+  r.min_loss_scale = a.min_loss_scale;
+  r.loss_scale_window = a.loss_scale_window;
+  r.hysteresis = a.hysteresis;
+  // megatron-core's OptimizerParamScheduler.state_dict(): its steps count samples.
+  const int64_t gbs = a.global_batch_size;
+  auto s = py_dict();
+  auto put = [&](const char* k, std::shared_ptr<PyValue> v) { s->entries.emplace_back(py_str(k), std::move(v)); };
+  put("max_lr", py_float(a.lr));
+  put("lr_warmup_steps", py_int(a.warmup_iters() * gbs));
+  put("num_steps", py_int(st.consumed_train));
+  put("lr_decay_style", py_str(a.lr_decay_style));
+  put("lr_decay_steps", py_int(a.decay_iters() * gbs));
+  put("min_lr", py_float(a.min_lr));
+  put("start_wd", py_float(a.weight_decay));
+  put("end_wd", py_float(a.weight_decay));
+  put("wd_incr_style", py_str("constant"));
+  put("wd_incr_steps", py_int(a.total_iters() * gbs));
+  r.lr_scheduler = s;
+  return r;
+}
+
+CheckpointFormat checkpoint_format(const std::string& ckpt_format) {
+  if (ckpt_format == "torch") return CheckpointFormat::kMegatron;
+  if (ckpt_format == "deepspeed") return CheckpointFormat::kDeepSpeed;
+  return CheckpointFormat::kZerolm;
+}
+
 void save_checkpoint(const std::string& dir, Gpt2& model, ZeroEngine& engine, ProcessGrid& grid, const RngTracker& rng,
-                     const RunState& st, int save_number, bool megatron_format) {
+                     const RunState& st, int save_number, CheckpointFormat format, const DeepSpeedRun* ds) {
+  const bool deepspeed = format == CheckpointFormat::kDeepSpeed;
+  if (deepspeed && (!ds || grid.pp_size() != 1))
+    throw Error(ErrorKind::Internal, "a DeepSpeed checkpoint needs the run's optimizer settings and one pipeline stage");
   ZeroEngine::FullState full = engine.gather_state();  // on data-parallel rank 0
   Comm& world = grid.world();
+  const std::string name = deepspeed ? deepspeed_tag(st.iteration) : iter_name(st.iteration);
   // The temporary directory's name comes from rank 0 (a key of its own for every save of the run).
-  const std::string tmp_name = world.exchange("checkpoint_" + std::to_string(save_number),
-                                              iter_name(st.iteration) + ".tmp." + std::to_string(::getpid()))[0];
+  const std::string tmp_name = world.exchange("checkpoint_" + std::to_string(save_number), name + ".tmp." + std::to_string(::getpid()))[0];
   const fs::path tmp_dir = fs::path(dir) / tmp_name;
   RemoveOnFailure cleanup{tmp_dir};
   if (world.rank() == 0) {
@@ -511,10 +568,13 @@ void save_checkpoint(const std::string& dir, Gpt2& model, ZeroEngine& engine, Pr
   if (grid.dp_rank() == 0) {
     const Layout lay{grid.tp_size(), grid.pp_size(), static_cast<int64_t>(model->num_chunks())};
     const fs::path file = tmp_dir / shard_name(lay, grid.tp_rank(), grid.pp_rank()) / "model_optim_rng.pt";
-    fs::create_directories(file.parent_path());
-    if (megatron_format) {
+    if (deepspeed) {
+      write_deepspeed_files(model, full, grid, st, *ds, tmp_dir);
+    } else if (format == CheckpointFormat::kMegatron) {
+      fs::create_directories(file.parent_path());
       write_megatron_part(model, full, grid, st, file);
     } else {
+      fs::create_directories(file.parent_path());
       torch::serialize::OutputArchive archive = part_archive(model, full, grid.tp_rank(), grid.pp_rank(), lay, rng, st, world.world());
       write_archive(archive, file);
     }
@@ -522,7 +582,7 @@ void save_checkpoint(const std::string& dir, Gpt2& model, ZeroEngine& engine, Pr
   world.barrier();
   if (world.rank() != 0) cleanup.armed = false;  // every part is written: rank 0 finishes
   if (world.rank() == 0) {
-    publish_checkpoint(dir, tmp_dir, st.iteration);
+    publish_checkpoint(dir, tmp_dir, name, st.iteration, deepspeed);
     cleanup.armed = false;
     ZLM_LOG_INF("  successfully saved checkpoint at iteration %7ld to %s", (long)st.iteration, dir.c_str());
   }
@@ -551,7 +611,7 @@ void save_model_checkpoint(const std::string& dir, Gpt2& model) {
   fs::create_directories(file.parent_path());
   torch::serialize::OutputArchive archive = part_archive(model, full, 0, 0, lay, RngTracker{}, RunState{}, 1);
   write_archive(archive, file);
-  publish_checkpoint(dir, tmp_dir, 0);
+  publish_checkpoint(dir, tmp_dir, iter_name(0), 0, false);
   cleanup.armed = false;
 }
 

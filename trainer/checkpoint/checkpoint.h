@@ -25,6 +25,7 @@
 #include <map>
 #include <string>
 
+#include "trainer/checkpoint/deepspeed_format.h"
 #include "trainer/model/gpt2_model.h"
 #include "trainer/config/megatron_args.h"
 #include "trainer/model/tensor_parallel.h"
@@ -37,12 +38,26 @@ struct RunState {
   int64_t iteration = 0, consumed_train = 0, consumed_valid = 0;
 };
 
+// What --ckpt-format names: ours; Megatron-LM's model_optim_rng.pt per part in the
+// same directory layout (megatron_format.h); DeepSpeed's engine's files in
+// DIR/global_stepN, named by DIR/latest, with Megatron's tracker beside it as
+// Megatron-DeepSpeed writes (deepspeed_format.h; no pipeline parallelism).
+enum class CheckpointFormat { kZerolm, kMegatron, kDeepSpeed };
+CheckpointFormat checkpoint_format(const std::string& ckpt_format);
+
+// A run's settings as DeepSpeed's files keep them (ZeRO stage, batch sizes,
+// AdamW's hyperparameters, clipping, the learning rate of the next step, and
+// Megatron's OptimizerParamScheduler state after st's samples); the caller adds
+// the loss scaler's state.
+DeepSpeedRun deepspeed_run(const TrainArgs& a, const RunState& st, int zero_stage, bool bf16);
+
 // Collective: every rank calls it, with the same save_number (0, 1, 2, ...: the
 // run's count of saves, which keys the ranks' agreement on the temporary directory).
-// megatron_format: each part as Megatron-LM's file instead (--ckpt-format torch;
-// megatron_format.h), in the same directory layout.
+// `ds`: with kDeepSpeed, the run's optimizer settings and scheduler (its stage,
+// data-parallel size, iteration and step are filled in here).
 void save_checkpoint(const std::string& dir, Gpt2& model, ZeroEngine& engine, ProcessGrid& grid, const RngTracker& rng,
-                     const RunState& st, int save_number, bool megatron_format = false);
+                     const RunState& st, int save_number, CheckpointFormat format = CheckpointFormat::kZerolm,
+                     const DeepSpeedRun* ds = nullptr);
 
 // A whole model (on the CPU, in one part) as iteration 0 of a new checkpoint
 // directory, Adam's moments zero: what `pretrain_gpt --load DIR` continues

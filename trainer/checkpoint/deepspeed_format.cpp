@@ -114,22 +114,25 @@ Partition read_partition(const PyValue& file_value, Partitioning layout, size_t 
   const bool flat = layout == Partitioning::kFlatGroups;
   const PyValue& osd = file_value.at("optimizer_state_dict");
   const PyValue& flats = osd.at(flat ? "single_partition_of_fp32_groups" : "fp32_flat_groups");
-  if (flats.items.size() != groups)
+  // ZeRO 3 may split a group into sub-groups (sub_group_size), each a flat of its own.
+  if (flat ? flats.items.size() != groups : flats.items.size() < groups)
     throw Error(ErrorKind::Format, "%s: %zu fp32 groups, param_shapes has %zu", file.c_str(), flats.items.size(), groups);
   Partition p;
   for (const auto& t : flats.items) p.kind[0].push_back(t->as_tensor().to(torch::kFloat).flatten());
   const PyValue* inner = osd.find(flat ? "base_optimizer_state" : "optimizer_state_dict");
   const PyValue* state = inner ? inner->find("state") : nullptr;
-  for (size_t g = 0; g < groups && p.moments; ++g) {
+  for (size_t g = 0; g < p.kind[0].size() && p.moments; ++g) {
     const PyValue* s = state ? int_key(*state, static_cast<int64_t>(g)) : nullptr;
     const PyValue* m = s ? s->find("exp_avg") : nullptr;
     const PyValue* v = s ? s->find("exp_avg_sq") : nullptr;
-    if (!m || !v || !m->is(PyValue::Kind::Tensor) || m->tensor.numel() != p.kind[0][g].numel()) {
+    // ZeRO 1-2 keep the moments with the last rank's padding, the weights without it.
+    const int64_t n = p.kind[0][g].numel();
+    if (!m || !v || !m->is(PyValue::Kind::Tensor) || !v->is(PyValue::Kind::Tensor) || m->tensor.numel() < n || v->tensor.numel() < n) {
       p.moments = false;  // no Adam state (another optimizer, or not stepped yet)
       break;
     }
-    p.kind[1].push_back(m->tensor.to(torch::kFloat).flatten());
-    p.kind[2].push_back(v->tensor.to(torch::kFloat).flatten());
+    p.kind[1].push_back(m->tensor.to(torch::kFloat).flatten().narrow(0, 0, n));
+    p.kind[2].push_back(v->tensor.to(torch::kFloat).flatten().narrow(0, 0, n));
     if (const PyValue* st = s->find("step"))
       p.step = st->is(PyValue::Kind::Tensor) ? static_cast<int64_t>(st->tensor.item<double>()) : st->as_int();
   }
@@ -417,103 +420,197 @@ class DeepSpeedReader {
 };
 
 constexpr const char* kDeepSpeedVersion = "0.19.8";  // the DeepSpeed whose layout we write
+constexpr int64_t kSubGroupSize = 1000000000;        // DeepSpeed's default zero_optimization.sub_group_size
 
-// Data-parallel rank D's piece of the fp32 weights, as ZeRO partitions them; for
-// flat groups, the padding the last rank holds.
-std::vector<torch::Tensor> partition_weights(const std::vector<torch::Tensor>& params, Partitioning layout, int64_t dp_size,
-                                             int64_t* group_padding) {
-  std::vector<torch::Tensor> pieces;
-  *group_padding = 0;
-  if (layout == Partitioning::kFlatGroups) {
-    torch::Tensor flat = torch::cat(params);
-    const int64_t padded = align_up(flat.numel(), 2 * dp_size);
-    *group_padding = padded - flat.numel();
-    flat = torch::cat({flat, torch::zeros({*group_padding})});
-    for (int64_t d = 0; d < dp_size; ++d) pieces.push_back(flat.narrow(0, d * (padded / dp_size), padded / dp_size).clone());
-    return pieces;
+// A part's parameters in the engine's two groups, as Megatron's optimizer forms them: decay on
+// matrices, none on biases and LayerNorms (1-D); each in the module's order.
+struct Group {
+  std::vector<std::string> names;
+  std::vector<torch::Tensor> w, m, v;  // flat fp32, in `names` order
+  double weight_decay = 0, wd_mult = 1;
+};
+
+std::vector<Group> groups_of(const PyValue& module, const PyValue& exp_avg, const PyValue& exp_avg_sq, double weight_decay) {
+  std::vector<Group> g(2);
+  g[0].weight_decay = weight_decay;
+  g[1].wd_mult = 0;
+  for (const auto& [k, t] : module.entries) {
+    if (!t->is(PyValue::Kind::Tensor)) continue;  // _extra_state
+    Group& to = g[t->tensor.dim() >= 2 ? 0 : 1];
+    to.names.push_back(k->as_str());
+    to.w.push_back(t->tensor.flatten());
+    to.m.push_back(exp_avg.at(k->as_str()).as_tensor().flatten());
+    to.v.push_back(exp_avg_sq.at(k->as_str()).as_tensor().flatten());
   }
-  for (int64_t d = 0; d < dp_size; ++d) {
-    std::vector<torch::Tensor> mine;
-    for (const torch::Tensor& p : params) {
-      const int64_t piece = (p.numel() + dp_size - 1) / dp_size;
-      torch::Tensor padded = torch::cat({p, torch::zeros({piece * dp_size - p.numel()})});
-      mine.push_back(padded.narrow(0, d * piece, piece));
+  return g;
+}
+
+// One data-parallel rank's pieces: weights and moments per (sub-)group, and what the file records about them.
+struct RankPieces {
+  std::vector<torch::Tensor> w, m, v;
+  std::vector<int64_t> group_padding;                     // ZeRO 1-2: the padding this rank holds, per group
+  std::vector<std::vector<std::pair<std::string, std::pair<int64_t, int64_t>>>> slices;  // ZeRO 1-2: name -> (start, numel) in the piece
+  std::vector<size_t> sub_group_of;                        // ZeRO 3: each flat's group
+};
+
+// ZeRO 1 and 2: each group's flat vector padded to a multiple of 2 x ranks and cut evenly; the
+// padding is the last rank's. Weights are saved without it, the moments with it (as DeepSpeed does).
+RankPieces flat_pieces(const std::vector<Group>& groups, int64_t d, int64_t dp) {
+  RankPieces r;
+  for (const Group& g : groups) {
+    const int64_t numel = torch::cat(g.w).numel();
+    const int64_t padded = align_up(numel, 2 * dp), piece = padded / dp, start = d * piece;
+    const int64_t padding = d == dp - 1 ? padded - numel : 0;
+    auto cut = [&](const std::vector<torch::Tensor>& parts, int64_t keep) {
+      return torch::cat({torch::cat(parts), torch::zeros({padded - numel})}).narrow(0, start, keep).clone();
+    };
+    r.w.push_back(cut(g.w, piece - padding));
+    r.m.push_back(cut(g.m, piece));
+    r.v.push_back(cut(g.v, piece));
+    r.group_padding.push_back(padding);
+    auto& slices = r.slices.emplace_back();
+    int64_t offset = 0;
+    for (size_t i = 0; i < g.names.size(); ++i) {
+      const int64_t lo = std::max(offset, start), hi = std::min(offset + g.w[i].numel(), start + piece);
+      if (lo < hi) slices.emplace_back(g.names[i], std::make_pair(lo - start, hi - lo));
+      offset += g.w[i].numel();
     }
-    pieces.push_back(torch::cat(mine));
   }
-  return pieces;
+  return r;
 }
 
-std::shared_ptr<PyValue> list_of(std::shared_ptr<PyValue> v) {
-  auto l = py_list();
-  l->items.push_back(std::move(v));
-  return l;
-}
-
-// The engine's model-states file: the module (ZeRO 3: empty tensors, the weights
-// being in the partitions), the parameters' shapes and order, counters, the
-// config, and Megatron-DeepSpeed's client state (args, iteration).
-PyValue model_states(const std::shared_ptr<PyValue>& module, const std::shared_ptr<PyValue>& shapes, const std::shared_ptr<PyValue>& ds_config,
-                     const Gpt2Config& config, int64_t iteration, int64_t dp_size, bool empty_module) {
-  PyValue top;
-  top.kind = PyValue::Kind::Dict;
-  auto put = [&](const char* k, std::shared_ptr<PyValue> v) { top.entries.emplace_back(py_str(k), std::move(v)); };
-  std::shared_ptr<PyValue> mod = module;
-  if (empty_module) {
-    mod = py_dict();
-    for (const auto& [k, v] : module->entries) mod->entries.emplace_back(k, v->is(PyValue::Kind::Tensor) ? py_tensor(torch::empty({0})) : v);
+// ZeRO 3: every parameter cut into ceil(numel / ranks) pieces (the last padded), rank D's pieces
+// joined per sub-group: a group's parameters split where their pieces reach sub_group_size.
+RankPieces per_parameter_pieces(const std::vector<Group>& groups, int64_t d, int64_t dp) {
+  RankPieces r;
+  for (size_t gi = 0; gi < groups.size(); ++gi) {
+    const Group& g = groups[gi];
+    std::vector<torch::Tensor> w, m, v;
+    int64_t local = 0;
+    auto close = [&] {
+      r.w.push_back(torch::cat(w)), r.m.push_back(torch::cat(m)), r.v.push_back(torch::cat(v));
+      r.sub_group_of.push_back(gi);
+      w.clear(), m.clear(), v.clear(), local = 0;
+    };
+    for (size_t i = 0; i < g.names.size(); ++i) {
+      const int64_t n = g.w[i].numel(), piece = (n + dp - 1) / dp;
+      auto cut = [&](const torch::Tensor& t) { return torch::cat({t, torch::zeros({piece * dp - n})}).narrow(0, d * piece, piece); };
+      w.push_back(cut(g.w[i])), m.push_back(cut(g.m[i])), v.push_back(cut(g.v[i]));
+      local += piece;
+      if (local >= kSubGroupSize) close();
+    }
+    if (!w.empty()) close();
   }
-  put("module", mod);
-  put("buffer_names", py_list());
-  put("optimizer", py_none());
-  put("param_shapes", list_of(shapes));
-  for (const char* empty : {"frozen_param_shapes", "shared_params", "frozen_param_fragments"}) put(empty, py_dict());
-  for (const char* none : {"lr_scheduler", "data_sampler", "random_ltd"}) put(none, py_none());
-  put("sparse_tensor_module_names", py_list());
-  put("skipped_steps", py_int(0));
-  put("global_steps", py_int(iteration));
-  put("global_samples", py_int(0));
-  put("dp_world_size", py_int(dp_size));
-  put("mp_world_size", py_int(1));
-  put("ds_config", ds_config);
-  put("ds_version", py_str(kDeepSpeedVersion));
-  put("args", megatron_args(MegatronPart{.config = config, .iteration = iteration}));
-  put("checkpoint_version", py_float(3.0));
-  put("iteration", py_int(iteration));
-  return top;
+  return r;
 }
 
-// Rank D's optim-states file: its weights' piece, Adam's moments (zero) for it,
-// and the partitioning's bookkeeping.
-PyValue optim_states(const torch::Tensor& w, Partitioning layout, int stage, int64_t d, int64_t dp_size, int64_t group_padding,
-                     const std::shared_ptr<PyValue>& ds_config) {
-  auto adam = py_dict();
-  adam->entries.emplace_back(py_str("step"), py_tensor(torch::zeros({})));
-  adam->entries.emplace_back(py_str("exp_avg"), py_tensor(torch::zeros_like(w)));
-  adam->entries.emplace_back(py_str("exp_avg_sq"), py_tensor(torch::zeros_like(w)));
+// torch.optim.AdamW's state_dict() over one flat parameter per (sub-)group: Adam's state, and the
+// groups with AdamW's hyperparameters and Megatron's multipliers (its scheduler reads wd_mult).
+std::shared_ptr<PyValue> adamw_state(const std::vector<Group>& groups, const RankPieces& r, const DeepSpeedRun& run) {
   auto state = py_dict();
-  state->entries.emplace_back(py_int(0), adam);
-  auto group = py_dict();
-  group->entries.emplace_back(py_str("params"), list_of(py_int(0)));
-  auto inner = py_dict();
-  inner->entries.emplace_back(py_str("state"), state);
-  inner->entries.emplace_back(py_str("param_groups"), list_of(group));
+  for (size_t i = 0; i < r.m.size(); ++i) {
+    auto s = py_dict();
+    s->entries.emplace_back(py_str("step"), py_tensor(torch::tensor(static_cast<float>(run.adam_step))));
+    s->entries.emplace_back(py_str("exp_avg"), py_tensor(r.m[i]));
+    s->entries.emplace_back(py_str("exp_avg_sq"), py_tensor(r.v[i]));
+    state->entries.emplace_back(py_int(static_cast<int64_t>(i)), s);
+  }
+  auto param_groups = py_list();
+  for (size_t gi = 0; gi < groups.size(); ++gi) {
+    auto g = py_dict();
+    auto put = [&](const char* k, std::shared_ptr<PyValue> v) { g->entries.emplace_back(py_str(k), std::move(v)); };
+    put("weight_decay", py_float(groups[gi].weight_decay));
+    put("lr", py_float(run.lr));
+    put("betas", py_tuple({py_float(run.beta1), py_float(run.beta2)}));
+    put("eps", py_float(run.eps));
+    for (const char* off : {"amsgrad", "maximize"}) put(off, py_bool(false));
+    put("foreach", py_none());
+    for (const char* off : {"capturable", "differentiable"}) put(off, py_bool(false));
+    put("fused", py_none());
+    put("decoupled_weight_decay", py_bool(true));
+    put("wd_mult", py_float(groups[gi].wd_mult));
+    put("lr_mult", py_float(1.0));
+    auto params = py_list();
+    for (size_t i = 0; i < r.m.size(); ++i)
+      if ((r.sub_group_of.empty() ? i : r.sub_group_of[i]) == gi) params->items.push_back(py_int(static_cast<int64_t>(i)));
+    put("params", params);
+    param_groups->items.push_back(g);
+  }
+  auto out = py_dict();
+  out->entries.emplace_back(py_str("state"), state);
+  out->entries.emplace_back(py_str("param_groups"), param_groups);
+  return out;
+}
+
+// DeepSpeed's loss scaler as its optimizers pickle it: static (scale 1 without fp16), or dynamic
+// with fp16, starting its window afresh.
+std::shared_ptr<PyValue> loss_scaler(const DeepSpeedRun& run) {
+  auto f = py_dict();
+  auto put = [&](const char* k, std::shared_ptr<PyValue> v) { f->entries.emplace_back(py_str(k), std::move(v)); };
+  put("cur_scale", py_float(run.loss_scale));
+  if (!run.dynamic_loss_scale) {
+    put("dynamic", py_bool(false));
+    return py_object("deepspeed.runtime.fp16.loss_scaler.LossScaler", f);
+  }
+  put("cur_iter", py_int(run.iteration));
+  put("last_overflow_iter", py_int(-1));
+  put("scale_factor", py_float(2.0));
+  put("scale_window", py_int(run.loss_scale_window));
+  put("min_scale", py_float(run.min_loss_scale));
+  put("delayed_shift", py_int(run.hysteresis));
+  put("cur_hysteresis", py_int(run.hysteresis));
+  put("consecutive_hysteresis", py_bool(false));
+  put("raise_error_at_min_scale", py_bool(true));
+  put("dynamic", py_bool(true));
+  put("dtype", py_global("torch.float16"));
+  return py_object("deepspeed.runtime.fp16.loss_scaler.DynamicLossScaler", f);
+}
+
+// Rank D's optim-states file.
+PyValue optim_states(const std::vector<Group>& groups, const RankPieces& r, const DeepSpeedRun& run, const std::shared_ptr<PyValue>& ds_config) {
+  const bool flat = run.stage < 3;
   auto osd = py_dict();
   auto put = [&](const char* k, std::shared_ptr<PyValue> v) { osd->entries.emplace_back(py_str(k), std::move(v)); };
-  put("zero_stage", py_int(stage));
-  put("dynamic_loss_scale", py_bool(false));
+  auto tensors = [](const std::vector<torch::Tensor>& ts) {
+    auto l = py_list();
+    for (const torch::Tensor& t : ts) l->items.push_back(py_tensor(t));
+    return l;
+  };
+  if (!flat) put("zero_stage", py_int(run.stage));
+  put("loss_scaler", loss_scaler(run));
+  put("dynamic_loss_scale", py_bool(run.dynamic_loss_scale));
   put("overflow", py_bool(false));
-  if (layout == Partitioning::kFlatGroups) {
-    put("base_optimizer_state", inner);
-    put("single_partition_of_fp32_groups", list_of(py_tensor(w)));
-    put("group_paddings", list_of(py_int(d == dp_size - 1 ? group_padding : 0)));
-    put("partition_count", list_of(py_int(dp_size)));
+  if (flat) {
+    put("clip_grad", py_float(run.clip_grad));
+    put("base_optimizer_state", adamw_state(groups, r, run));
+    put("single_partition_of_fp32_groups", tensors(r.w));
+    put("zero_stage", py_int(run.stage));
+    auto paddings = py_list(), alignment = py_list(), counts = py_list(), slices = py_list();
+    for (size_t g = 0; g < groups.size(); ++g) {
+      paddings->items.push_back(py_int(r.group_padding[g]));
+      auto zeros = py_list();
+      for (size_t i = 0; i < groups[g].names.size(); ++i) zeros->items.push_back(py_int(0));
+      alignment->items.push_back(zeros);
+      counts->items.push_back(py_int(run.dp_size));
+      auto map = py_dict();  // DeepSpeed's fragment_address(numel, start) of each parameter this rank holds a piece of
+      for (const auto& [name, at] : r.slices[g]) {
+        auto addr = py_dict();
+        addr->entries.emplace_back(py_str("numel"), py_int(at.second));
+        addr->entries.emplace_back(py_str("start"), py_int(at.first));
+        map->entries.emplace_back(py_str(name), py_object("deepspeed.utils.tensor_fragment.fragment_address", addr));
+      }
+      slices->items.push_back(map);
+    }
+    put("group_paddings", paddings);
+    put("param_alignment_paddings", alignment);
+    put("partition_count", counts);
+    put("ds_version", py_str(kDeepSpeedVersion));
+    put("param_slice_mappings", slices);
   } else {
-    put("optimizer_state_dict", inner);
-    put("fp32_flat_groups", list_of(py_tensor(w)));
-    put("partition_count", py_int(dp_size));
+    put("partition_count", py_int(run.dp_size));
+    put("optimizer_state_dict", adamw_state(groups, r, run));
+    put("fp32_flat_groups", tensors(r.w));
   }
-  put("ds_version", py_str(kDeepSpeedVersion));
   PyValue top;
   top.kind = PyValue::Kind::Dict;
   top.entries.emplace_back(py_str("optimizer_state_dict"), osd);
@@ -522,45 +619,116 @@ PyValue optim_states(const torch::Tensor& w, Partitioning layout, int stage, int
   return top;
 }
 
+// The engine's model-states file: the module (ZeRO 3: empty tensors, the weights being in the
+// partitions), the groups' parameter shapes in order, counters, the scheduler, the config, and
+// Megatron-DeepSpeed's client state (args, iteration).
+PyValue model_states(const std::shared_ptr<PyValue>& module, const std::vector<Group>& groups, const MegatronPart& part,
+                     const DeepSpeedRun& run, const std::shared_ptr<PyValue>& ds_config) {
+  const bool stage3 = run.stage == 3;
+  PyValue top;
+  top.kind = PyValue::Kind::Dict;
+  auto put = [&](const char* k, std::shared_ptr<PyValue> v) { top.entries.emplace_back(py_str(k), std::move(v)); };
+  std::shared_ptr<PyValue> mod = module;
+  if (stage3) {
+    mod = py_dict();
+    for (const auto& [k, v] : module->entries) mod->entries.emplace_back(k, v->is(PyValue::Kind::Tensor) ? py_tensor(torch::empty({0})) : v);
+  }
+  put("module", mod);
+  put("buffer_names", py_list());
+  put("optimizer", py_none());
+  auto shapes = py_list();
+  for (const Group& g : groups) {
+    auto d = py_dict();
+    for (size_t i = 0; i < g.names.size(); ++i) d->entries.emplace_back(py_str(g.names[i]), py_size(module->at(g.names[i]).tensor.sizes().vec()));
+    shapes->items.push_back(d);
+  }
+  put("param_shapes", shapes);
+  put("frozen_param_shapes", stage3 ? py_dict() : py_none());
+  put("shared_params", py_dict());
+  put("frozen_param_fragments", stage3 ? py_dict() : py_none());
+  put("lr_scheduler", run.lr_scheduler ? run.lr_scheduler : py_none());
+  for (const char* none : {"data_sampler", "random_ltd"}) put(none, py_none());
+  put("skipped_steps", py_int(0));
+  put("global_steps", py_int(part.iteration));
+  put("global_samples", py_int(part.consumed_train));
+  put("dp_world_size", py_int(run.dp_size));
+  put("mp_world_size", py_int(part.tp));
+  auto dims = py_dict();
+  dims->entries.emplace_back(py_str("pp_degree"), py_int(1));
+  dims->entries.emplace_back(py_str("tp_degree"), py_int(part.tp));
+  put("checkpoint_parallel_dimensions", dims);
+  put("ds_config", ds_config);
+  put("ds_version", py_str(kDeepSpeedVersion));
+  put("args", megatron_args(part));
+  put("checkpoint_version", py_float(3.0));
+  put("iteration", py_int(part.iteration));
+  return top;
+}
+
+// What DeepSpeed's JSON would have said for this run (its engine keeps it in every file).
+std::shared_ptr<PyValue> ds_config_of(const DeepSpeedRun& run) {
+  auto c = py_dict();
+  auto put = [&](const char* k, std::shared_ptr<PyValue> v) { c->entries.emplace_back(py_str(k), std::move(v)); };
+  if (run.micro_batch > 0) {
+    put("train_batch_size", py_int(run.global_batch));
+    put("train_micro_batch_size_per_gpu", py_int(run.micro_batch));
+    put("gradient_accumulation_steps", py_int(run.global_batch / (run.micro_batch * run.dp_size)));
+  }
+  auto zero = py_dict();
+  zero->entries.emplace_back(py_str("stage"), py_int(run.stage));
+  put("zero_optimization", zero);
+  put("gradient_clipping", py_float(run.clip_grad));
+  for (const auto& [name, on] : {std::pair{"fp16", run.fp16}, std::pair{"bf16", run.bf16}}) {
+    auto e = py_dict();
+    e->entries.emplace_back(py_str("enabled"), py_bool(on));
+    put(name, e);
+  }
+  return c;
+}
+
 }  // namespace
 
 ImportedModel read_deepspeed_model(const std::string& dir) { return DeepSpeedReader(dir).read(); }
 
+std::string deepspeed_tag(int64_t iteration) { return "global_step" + std::to_string(iteration); }
+
+void write_deepspeed_part(const std::string& tag_dir, const MegatronPart& part, const std::map<std::string, torch::Tensor>& params,
+                          const std::map<std::string, torch::Tensor>& exp_avg, const std::map<std::string, torch::Tensor>& exp_avg_sq,
+                          const DeepSpeedRun& run) {
+  partitioning_of(run.stage, "--ckpt-format deepspeed with ZeRO stage " + std::to_string(run.stage));
+  const std::shared_ptr<PyValue> module = megatron_part_state(params, part);
+  const std::vector<Group> groups = groups_of(*module, *megatron_part_state(exp_avg, part), *megatron_part_state(exp_avg_sq, part),
+                                              run.weight_decay);
+  const std::shared_ptr<PyValue> config = ds_config_of(run);
+  const fs::path tag(tag_dir);
+  if (run.stage < 3) save_torch_file((tag / model_file(part.tp_rank, false)).string(), model_states(module, groups, part, run, config));
+  for (int64_t d = 0; d < run.dp_size; ++d) {
+    if (run.stage == 3)
+      save_torch_file((tag / model_file(part.tp_rank, true, d)).string(), model_states(module, groups, part, run, config));
+    const RankPieces r = run.stage == 3 ? per_parameter_pieces(groups, d, run.dp_size) : flat_pieces(groups, d, run.dp_size);
+    save_torch_file((tag / optim_file(part.tp_rank, d)).string(), optim_states(groups, r, run, config));
+  }
+}
+
 void save_deepspeed_checkpoint(const std::string& dir, Gpt2& model, int64_t iteration, ZeroStage zero_stage, int64_t dp_size) {
-  const int stage = static_cast<int>(zero_stage);
-  const Partitioning layout = partitioning_of(stage, "--zero-stage");
   if (dp_size < 1) throw Error(ErrorKind::Usage, "a DeepSpeed checkpoint for %ld data-parallel ranks", (long)dp_size);
   if (fs::exists(fs::path(dir) / "latest"))
     throw Error(ErrorKind::Usage, "%s already holds a DeepSpeed checkpoint: an exported model starts a new directory", dir.c_str());
-  const std::string tag = "global_step" + std::to_string(iteration);
-  const fs::path tag_path = fs::path(dir) / tag;
+  const fs::path tag_path = fs::path(dir) / deepspeed_tag(iteration);
   fs::create_directories(tag_path);
-
-  const std::shared_ptr<PyValue> module = megatron_state_dict(model);
-  auto shapes = py_dict();  // one parameter group: every parameter, in the module's order
-  std::vector<torch::Tensor> params;
-  for (const auto& [k, v] : module->entries)
-    if (v->is(PyValue::Kind::Tensor)) {
-      shapes->entries.emplace_back(k, py_size(v->tensor.sizes().vec()));
-      params.push_back(v->tensor.flatten());
-    }
-  auto zero = py_dict();
-  zero->entries.emplace_back(py_str("stage"), py_int(stage));
-  auto ds_config = py_dict();
-  ds_config->entries.emplace_back(py_str("zero_optimization"), zero);
-  int64_t group_padding = 0;
-  const std::vector<torch::Tensor> pieces = partition_weights(params, layout, dp_size, &group_padding);
-  if (layout == Partitioning::kFlatGroups) {
-    save_torch_file((tag_path / model_file(0, false)).string(), model_states(module, shapes, ds_config, model->config(), iteration, dp_size, false));
-  } else {
-    for (int64_t d = 0; d < dp_size; ++d)
-      save_torch_file((tag_path / model_file(0, true, d)).string(), model_states(module, shapes, ds_config, model->config(), iteration, dp_size, true));
+  std::map<std::string, torch::Tensor> params, zeros;
+  for (const auto& item : model->named_parameters()) {
+    params[item.key()] = item.value().detach().to(torch::kFloat).contiguous();
+    zeros[item.key()] = torch::zeros_like(params[item.key()]);
   }
-  for (int64_t d = 0; d < dp_size; ++d)
-    save_torch_file((tag_path / optim_file(0, d)).string(),
-                    optim_states(pieces[static_cast<size_t>(d)], layout, stage, d, dp_size, group_padding, ds_config));
+  const MegatronPart part{.config = model->config(), .iteration = iteration};
+  DeepSpeedRun run;
+  run.stage = static_cast<int>(zero_stage);
+  run.dp_size = dp_size;
+  run.iteration = iteration;
+  write_deepspeed_part(tag_path.string(), part, params, zeros, zeros, run);
   // Last: the checkpoint is complete before the tag file names it.
-  write_file_atomic((fs::path(dir) / "latest").string(), tag);
+  write_file_atomic((fs::path(dir) / "latest").string(), deepspeed_tag(iteration));
 }
 
 }  // namespace zlm::trainer

@@ -27,8 +27,15 @@
 // the model's shape from Megatron's `args`, which a checkpoint without them
 // lacks (its attention heads are in no tensor's shape): it is refused saying
 // so. Names are Megatron's (megatron_format.h).
+//
+// Written (pretrain_gpt --ckpt-format deepspeed, convert_gpt --export-deepspeed):
+// the same files for ZeRO 1-3 and any tensor-parallel size, as DeepSpeed 0.19's
+// engine writes them for megatron-core's GPTModel and torch's AdamW in
+// Megatron's two groups, with the state its load_checkpoint restores.
 #pragma once
 
+#include <map>
+#include <memory>
 #include <string>
 
 #include "trainer/checkpoint/megatron_format.h"
@@ -42,12 +49,42 @@ bool is_deepspeed_checkpoint(const std::string& dir);
 
 ImportedModel read_deepspeed_model(const std::string& dir);
 
-// Writes a whole model as DeepSpeed's checkpoint of `iteration` (tag
-// global_stepN) in a new directory, partitioned as ZeRO stage `stage` (1-3; 0 is refused)
-// over `dp_size` data-parallel ranks would hold it, with megatron-core's names
-// and Megatron's `args` (what Megatron-DeepSpeed saves), Adam's moments zero.
-// DeepSpeed's zero_to_fp32.py / get_fp32_state_dict_from_zero_checkpoint
-// rebuilds the weights from it.
+// What a run's DeepSpeed files record beyond the model: the ZeRO stage (1-3) and
+// data-parallel ranks the partitions are cut for, the counters, the optimizer's
+// hyperparameters (torch AdamW's param_groups, Megatron's two: decay on
+// matrices, none on biases and LayerNorms), the loss scaler, and Megatron's
+// OptimizerParamScheduler state for the engine's lr_scheduler (null: None).
+struct DeepSpeedRun {
+  int stage = 1;
+  int64_t dp_size = 1, iteration = 0, adam_step = 0;
+  int64_t micro_batch = 0, global_batch = 0;  // for ds_config; 0: not said
+  double lr = 0, weight_decay = 0.01, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, clip_grad = 0;
+  bool fp16 = false, bf16 = false;
+  bool dynamic_loss_scale = false;  // fp16's DynamicLossScaler (its window starts afresh), else a static LossScaler
+  double loss_scale = 1.0, min_loss_scale = 1.0;
+  int64_t loss_scale_window = 1000, hysteresis = 2;
+  std::shared_ptr<PyValue> lr_scheduler;
+};
+
+// The tag directory name of an iteration's checkpoint: global_stepN (Megatron-DeepSpeed's).
+std::string deepspeed_tag(int64_t iteration);
+
+// Writes tensor-parallel rank part.tp_rank's files into `tag_dir` as DeepSpeed's
+// engine saves them: mp_rank_TT_model_states.pt (ZeRO 3: one per data-parallel
+// rank, zero_pp_rank_D_mp_rank_TT_model_states.pt) with megatron-core's names
+// and Megatron's `args`, and each rank's zero_pp_rank_D_mp_rank_TT_optim_states.pt
+// with its pieces of the fp32 weights and Adam's moments and step, so that
+// DeepSpeed's engine (load_checkpoint) continues the run and zero_to_fp32.py
+// rebuilds the weights. `params` and the moments are under our whole-model
+// names, cut for the part's tensor-parallel rank. ZeRO 3 splits a group into
+// sub-groups at DeepSpeed's default sub_group_size (1e9 numbers per rank).
+void write_deepspeed_part(const std::string& tag_dir, const MegatronPart& part, const std::map<std::string, torch::Tensor>& params,
+                          const std::map<std::string, torch::Tensor>& exp_avg, const std::map<std::string, torch::Tensor>& exp_avg_sq,
+                          const DeepSpeedRun& run);
+
+// A whole model as DeepSpeed's checkpoint of `iteration` in a new directory
+// (write_deepspeed_part, TP 1, then `latest`), Adam's moments zero: what
+// convert_gpt --export-deepspeed writes.
 void save_deepspeed_checkpoint(const std::string& dir, Gpt2& model, int64_t iteration, ZeroStage stage, int64_t dp_size);
 
 }  // namespace zlm::trainer

@@ -588,21 +588,20 @@ class Pickler {
         break;
       }
       case K::Object: {
-        if (v.s == "torch.Size" && v.items.size() == 1) {  // torch.Size((d0, d1, ...))
-          global("torch", "Size");
-          op('(');
-          value(*v.items[0]);
-          op('t');
+        const size_t dot = v.s.rfind('.');
+        if (dot == std::string::npos) throw Error(ErrorKind::Internal, "save_torch_file: cannot write an object of class '%s'", v.s.c_str());
+        global(v.s.substr(0, dot), v.s.substr(dot + 1));
+        op('(');
+        for (const auto& x : v.items) value(*x);
+        op('t');
+        if (!v.state) {  // cls(*args): torch.Size((d0, d1)), an enum's member by value
           op('R');
           break;
         }
-        if (v.s != "argparse.Namespace" || !v.state) throw Error(ErrorKind::Internal, "save_torch_file: cannot write a %s", v.s.c_str());
-        global("argparse", "Namespace");
-        op(')');
-        op(0x81);  // NEWOBJ
+        op(0x81);  // NEWOBJ: cls.__new__(cls, *args), then BUILD sets its __dict__ (argparse.Namespace, a plain class)
         op('}');
         items(*v.state);
-        op('b');  // BUILD
+        op('b');
         break;
       }
       default: throw Error(ErrorKind::Internal, "save_torch_file: cannot write a %s", v.describe().c_str());
@@ -706,11 +705,15 @@ std::shared_ptr<PyValue> py_size(const std::vector<int64_t>& dims) {
     v.items.push_back(t);
   });
 }
-std::shared_ptr<PyValue> py_namespace(std::shared_ptr<PyValue> fields) {
+std::shared_ptr<PyValue> py_namespace(std::shared_ptr<PyValue> fields) { return py_object("argparse.Namespace", std::move(fields)); }
+std::shared_ptr<PyValue> py_object(std::string cls, std::shared_ptr<PyValue> fields) {
   return made(PyValue::Kind::Object, [&](PyValue& v) {
-    v.s = "argparse.Namespace";
+    v.s = std::move(cls);
     v.state = std::move(fields);
   });
+}
+std::shared_ptr<PyValue> py_tuple(std::vector<std::shared_ptr<PyValue>> items) {
+  return made(PyValue::Kind::Tuple, [&](PyValue& v) { v.items = std::move(items); });
 }
 
 void save_torch_file(const std::string& path, const PyValue& v) {

@@ -63,8 +63,9 @@ PyValue load_torch_file(const std::string& path);
 // record per tensor), to a temporary name renamed when complete. Takes None,
 // Bool, Int, Float, Str, Tuple, List, Dict (str keys; written as an
 // OrderedDict), Tensor, Global (written as the global it names: a torch dtype)
-// and Object of argparse.Namespace (its state dict) or torch.Size. Python reads it with
-// torch.load.
+// and Object: with a state, an instance whose __dict__ is that state
+// (argparse.Namespace, DeepSpeed's LossScaler); without, a call of the class
+// on its arguments (torch.Size). Python reads it with torch.load.
 void save_torch_file(const std::string& path, const PyValue& v);
 
 // Value builders for save_torch_file.
@@ -79,6 +80,10 @@ std::shared_ptr<PyValue> py_dict();                    // then ->entries.emplace
 std::shared_ptr<PyValue> py_list();                    // then ->items.push_back(value)
 std::shared_ptr<PyValue> py_size(const std::vector<int64_t>& dims);  // torch.Size(dims)
 std::shared_ptr<PyValue> py_namespace(std::shared_ptr<PyValue> fields);  // argparse.Namespace(**fields)
+// An instance of `cls` ("module.Class") with these attributes (a Dict), as pickle
+// rebuilds a plain class: created without __init__, then its __dict__ updated.
+std::shared_ptr<PyValue> py_object(std::string cls, std::shared_ptr<PyValue> fields);
+std::shared_ptr<PyValue> py_tuple(std::vector<std::shared_ptr<PyValue>> items);
 
 // Interprets one pickle; `storage(key, dtype, numel)` supplies the tensor
 // storages its persistent ids name (torch.save's), and `where` names the

@@ -94,8 +94,9 @@ std::map<std::string, Spec> specs() {
   str("--tokenizer-type", &TrainArgs::tokenizer_type, "GPT2BPETokenizer");
   str("--data-impl", &TrainArgs::data_impl, "mmap");
   str("--save", &TrainArgs::save, "checkpoint directory to write");
-  str("--ckpt-format", &TrainArgs::ckpt_format, "zerolm (ours: fp32 weights, Adam, RNG; the default) or torch (Megatron-LM's "
-      "model_optim_rng.pt, which Megatron loads with --no-load-optim --no-load-rng)");
+  str("--ckpt-format", &TrainArgs::ckpt_format, "zerolm (ours: fp32 weights, Adam, RNG; the default), torch (Megatron-LM's "
+      "model_optim_rng.pt, which Megatron loads with --no-load-optim --no-load-rng) or deepspeed (DeepSpeed's engine's global_stepN "
+      "files at ZeRO 1-3, which its load_checkpoint continues and zero_to_fp32.py reads)");
   str("--load", &TrainArgs::load, "checkpoint directory to resume from");
   str("--distributed-backend", &TrainArgs::distributed_backend, "nccl or gloo");
   str("--data-cache-path", &TrainArgs::data_cache_path, "directory for the index caches (default: next to the data)");

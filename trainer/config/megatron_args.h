@@ -59,7 +59,7 @@ struct TrainArgs {
   // logging, evaluation, checkpoints
   int64_t log_interval = 100, eval_interval = 1000, eval_iters = 100, save_interval = 0, exit_interval = 0;
   std::string save, load;
-  std::string ckpt_format = "zerolm";  // or "torch": Megatron-LM's (megatron_format.h)
+  std::string ckpt_format = "zerolm";  // or "torch": Megatron-LM's (megatron_format.h); "deepspeed": DeepSpeed's (deepspeed_format.h)
   std::string data_cache_path;  // where the GPTDataset index caches go (default: next to the data)
   std::string metrics_out;  // JSON lines of every logged metric (default: <save>/metrics.jsonl)
   // TensorBoard (trainer/report/tensorboard.h), Megatron's flags and defaults

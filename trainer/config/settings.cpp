@@ -175,10 +175,17 @@ void Rules::zero_and_precision() {
 
 void Rules::distribution() {
   // Megatron's default is None (no interleaving); a value given must be a layer count.
-  require(a_.ckpt_format == "zerolm" || a_.ckpt_format == "torch", "--ckpt-format",
-          "is zerolm (ours) or torch (Megatron-LM's); Megatron's torch_dist and zarr are not written");
+  require(a_.ckpt_format == "zerolm" || a_.ckpt_format == "torch" || a_.ckpt_format == "deepspeed", "--ckpt-format",
+          "is zerolm (ours), torch (Megatron-LM's) or deepspeed (DeepSpeed's engine's); Megatron's torch_dist and zarr are not written");
   require(a_.ckpt_format != "torch" || a_.num_layers_per_virtual_pipeline_stage == 0, "--ckpt-format torch",
           "is not written for an interleaved pipeline (--num-layers-per-virtual-pipeline-stage) yet");
+  if (a_.ckpt_format == "deepspeed") {
+    require(a_.pipeline_model_parallel_size == 1, "--ckpt-format deepspeed",
+            "is not written with pipeline parallelism (DeepSpeed's pipeline engine keeps per-layer files): save with --ckpt-format zerolm "
+            "or torch, which convert_gpt exports");
+    require(a_.zero_stage >= 1, "--ckpt-format deepspeed",
+            "writes DeepSpeed's ZeRO checkpoints, stages 1-3: give --zero-stage 1, 2 or 3 (or --use-distributed-optimizer)");
+  }
   require(a_.num_layers_per_virtual_pipeline_stage >= (o_.given("--num-layers-per-virtual-pipeline-stage") ? 1 : 0),
           "--num-layers-per-virtual-pipeline-stage", "must be at least 1 (leave it out for the non-interleaved schedule)");
   require(a_.distributed_backend == "nccl" || a_.distributed_backend == "gloo", "--distributed-backend", "must be nccl or gloo");

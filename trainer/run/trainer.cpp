@@ -232,7 +232,7 @@ class Trainer {
   void train_step();
   void log_progress();
   void evaluate(const std::string& label, const SampleSource& src, int64_t* consumed);
-  void save() { save_checkpoint(a_.save, model_, *engine_, *grid_, rng_, st_, saves_++, a_.ckpt_format == "torch"); }
+  void save();
 
   const TrainConfig& cfg_;
   const TrainArgs& a_;  // cfg_.args
@@ -630,6 +630,18 @@ void Trainer::tensorboard_training(double loss_avg, double grad_norm) {
 }
 
 // rank 0: the interval's line of metrics.jsonl.
+void Trainer::save() {
+  const CheckpointFormat format = checkpoint_format(a_.ckpt_format);
+  DeepSpeedRun ds;
+  if (format == CheckpointFormat::kDeepSpeed) {
+    ds = deepspeed_run(a_, st_, cfg_.zero.number(), pl_.bf16);
+    ds.fp16 = pl_.fp16;
+    ds.dynamic_loss_scale = pl_.fp16 && a_.loss_scale <= 0;
+    if (pl_.fp16) ds.loss_scale = scaler_.scale();
+  }
+  save_checkpoint(a_.save, model_, *engine_, *grid_, rng_, st_, saves_++, format, &ds);
+}
+
 void Trainer::write_metrics(double avg, double lr_now, double secs, double tflops, const std::vector<PhaseMax>& phases) {
   const int64_t gbs = a_.global_batch_size;
   JsonObject m;

@@ -122,6 +122,13 @@ int64_t ZeroEngine::resident_parameter_bytes() const { return state_->resident_p
 int64_t ZeroEngine::optimizer_state_bytes_full(bool padded) const { return state_->optimizer_state_bytes_full(padded); }
 
 ZeroEngine::FullState ZeroEngine::gather_state() { return optimizer_->gather_state(); }
+std::map<std::string, std::vector<int64_t>> ZeroEngine::param_shapes() const {
+  std::map<std::string, std::vector<int64_t>> out;
+  for (const BucketLayout& b : layout_.buckets)
+    for (const SlotLayout& s : b.slots) out[s.name] = s.shape;
+  return out;
+}
+
 void ZeroEngine::load_state(const FullState& s) {
   if (gatherer_) gatherer_->wait_uploads();
   optimizer_->load_state(s);

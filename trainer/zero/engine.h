@@ -94,6 +94,7 @@
 
 #include <torch/torch.h>
 
+#include <map>
 #include <memory>
 #include <string>
 
@@ -155,6 +156,9 @@ class ZeroEngine {
   int64_t optimizer_state_bytes_full(bool padded) const;
   int64_t padded_numel() const { return layout_.padded_numel(); }  // over all buckets
   int64_t unpadded_numel() const { return layout_.unpadded_numel(); }
+  // Each parameter's shape on this rank (its tensor-parallel cut; whole even at
+  // stage 3, whose module holds empty tensors between uses), by the module's name.
+  std::map<std::string, std::vector<int64_t>> param_shapes() const;
 
   // Checkpoints (collective: every rank must call). Full tensors by parameter
   // name on rank 0 (other ranks get empty maps); load takes full tensors on every rank.

@@ -148,7 +148,18 @@ reshard_megatron() {  # NAME W1 "ARGS1" W2 "ARGS2"
 }
 reshard_megatron re_mf_tp2pp2_1 4 "${TP2[*]} ${PP2[*]}" 1 ""
 reshard_megatron re_mf_pp2dp2z3_tp2dp2 4 "${PP2[*]} --zero-stage 3" 4 "${TP2[*]} --zero-stage 1"
-$CMP --rtol 1e-5 --atol 1e-5 ref re_tp2pp2_1 re_1_tp4 re_pp2dp2_tp2dp2 re_tp2dp2_pp2dp2z3 re_mf_tp2pp2_1 re_mf_pp2dp2z3_tp2dp2
+# And through DeepSpeed's (--ckpt-format deepspeed: one set of files per tensor-parallel rank, ZeRO partitions per data-parallel rank).
+reshard_deepspeed() {  # NAME W1 "ARGS1" W2 "ARGS2"
+  local name=$1 w1=$2 a1=$3 w2=$4 a2=$5
+  run $name $w1 $a1 --exit-interval 5 --ckpt-format deepspeed
+  [[ $(cat $name/latest) == global_step5 ]]
+  run $name $w2 $a2 --load $name
+  grep -q "is a DeepSpeed checkpoint .*Adam's moments and step, iteration 5" $name.log
+}
+reshard_deepspeed re_ds_tp2dp2z3_1 4 "${TP2[*]} --zero-stage 3" 1 ""
+reshard_deepspeed re_ds_tp2dp2z1_pp2dp2z2 4 "${TP2[*]} --zero-stage 1" 4 "${PP2[*]} --zero-stage 2"
+$CMP --rtol 1e-5 --atol 1e-5 ref re_tp2pp2_1 re_1_tp4 re_pp2dp2_tp2dp2 re_tp2dp2_pp2dp2z3 re_mf_tp2pp2_1 re_mf_pp2dp2z3_tp2dp2 \
+  re_ds_tp2dp2z3_1 re_ds_tp2dp2z1_pp2dp2z2
 $BIN/convert_gpt --load tp2_pp2 --export-hf hf_from_tp2pp2 --vocab-file $DATA/gpt2-tiny-vocab.json --merge-file $DATA/gpt2-tiny-merges.txt > convert.log 2>&1 ||
   { cat convert.log; exit 1; }
 [[ -f hf_from_tp2pp2/model.safetensors ]]

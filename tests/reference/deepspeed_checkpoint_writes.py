@@ -1,0 +1,126 @@
+"""Reference test: what pretrain_gpt --ckpt-format deepspeed writes, DeepSpeed's
+own engine continues.
+
+pretrain_gpt trains the tiny GPT for N + K iterations at ZeRO 1, 2 and 3 on 1
+and on 2 ranks (fp32, AdamW, weight decay, Megatron's cosine schedule with
+warm-up), saving DeepSpeed's checkpoint every N. Then DeepSpeed 0.19's engine
+on the CPU (DS_ACCELERATOR=cpu, Gloo), with megatron-core's GPTModel (other
+initial weights), torch's AdamW in Megatron's two groups and megatron-core's
+OptimizerParamScheduler as its lr_scheduler, at the same stage and rank count:
+  - engine.load_checkpoint(DIR, tag=global_stepN) takes the module, the ZeRO
+    partitions (fp32 weights, Adam's moments and step), the scheduler state,
+    the step counters and the client state (iteration N);
+  - K more iterations on the same samples give pretrain_gpt's losses of
+    iterations N+1..N+K within 1e-5 relative (with the moments zeroed in the
+    files, the second of them is off by 3e-3: the check can fail);
+  - DeepSpeed's get_fp32_state_dict_from_zero_checkpoint reads the weights.
+And pretrain_gpt --load of the same checkpoint continues with those losses too.
+
+  deepspeed_checkpoint_writes.py BIN_DIR DATA_DIR WORK_DIR    (exit 77: a package is missing)
+"""
+import json
+import os
+import shutil
+import sys
+
+from reference_env import fresh_dir
+from deepspeed_run import GLOBAL, H, HEADS, L, LR, MICRO, SEQ, VOCAB, Run, adamw_groups, end_worker, start_worker
+import torch
+import torch.multiprocessing as mp
+from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
+from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
+import megatron_cpu
+from megatron_samples import sample_reader
+
+BIN, DATA_DIR, WORK = sys.argv[1:4]
+N, K, WARMUP, MIN_LR = 3, 3, 2, 3e-4
+RUN = Run(BIN, DATA_DIR, WORK, iters=N + K)
+SCHEDULE = ("--lr-decay-style", "cosine", "--lr-warmup-iters", str(WARMUP), "--min-lr", str(MIN_LR))
+CASES = [(world, stage) for world in (1, 2) for stage in (1, 2, 3)]
+TOLERANCE = 1e-5
+
+
+def ckpt_of(world, stage):
+    return os.path.join(WORK, f"ours_w{world}_z{stage}")
+
+
+def worker(rank, world, stages, out):
+    start_worker(out, rank, world)
+    import deepspeed
+    sample = sample_reader(RUN.data, RUN.index)
+    for stage in stages:
+        model = megatron_cpu.gpt(L, H, HEADS, SEQ, VOCAB, seed=77)  # other weights than pretrain_gpt's: the load must replace them
+        opt = adamw_groups(model)
+        steps = (N + K) * GLOBAL  # Megatron's scheduler counts samples
+        sched = OptimizerParamScheduler(opt, init_lr=0.0, max_lr=LR, min_lr=MIN_LR, lr_warmup_steps=WARMUP * GLOBAL, lr_decay_steps=steps,
+                                        lr_decay_style="cosine", start_wd=0.01, end_wd=0.01, wd_incr_steps=steps, wd_incr_style="constant")
+        cfg = {"train_micro_batch_size_per_gpu": MICRO, "gradient_accumulation_steps": GLOBAL // (MICRO * world),
+               "zero_optimization": {"stage": stage}, "gradient_clipping": 0.0, "steps_per_print": 10 ** 9}
+        engine, _, _, _ = deepspeed.initialize(model=model, optimizer=opt, lr_scheduler=sched, config=cfg, dist_init_required=False)
+        path, client = engine.load_checkpoint(ckpt_of(world, stage), tag=f"global_step{N}")
+        state = {"loaded": path is not None, "iteration": client.get("iteration") if client else None, "global_steps": engine.global_steps,
+                 "scheduler_steps": sched.num_steps, "losses": {}}
+        for it in range(N + 1, N + K + 1):
+            state["losses"][it] = Run.iteration(engine, sample, it, rank, world, lr_kwargs={"increment": GLOBAL})
+        if rank == 0:
+            with open(os.path.join(out, f"w{world}_z{stage}.json"), "w") as f:
+                json.dump(state, f)
+    end_worker()
+
+
+def check(good, text):
+    print(f"{'ok  ' if good else 'FAIL'} {text}")
+    return good
+
+
+def worst(ours, theirs):
+    return max(abs(ours[it] - theirs[it]) / abs(theirs[it]) for it in range(N + 1, N + K + 1))
+
+
+def main():
+    fresh_dir(WORK)
+    ok = True
+    ours = {}
+    for world, stage in CASES:
+        d = ckpt_of(world, stage)
+        RUN.pretrain(d, "--nproc-per-node", str(world), "--zero-stage", str(stage), "--ckpt-format", "deepspeed", "--save-interval", str(N),
+                     schedule=SCHEDULE)
+        ours[(world, stage)] = Run.losses(d)
+        tag = os.path.join(d, f"global_step{N}")
+        files = sorted(os.listdir(tag))
+        ok &= check(os.path.exists(os.path.join(d, "latest")) and len([f for f in files if f.endswith("optim_states.pt")]) == world,
+                    f"w{world}_z{stage}: pretrain_gpt wrote {', '.join(files)}")
+    for world in (1, 2):
+        out = fresh_dir(os.path.join(WORK, f"ds{world}"))
+        mp.spawn(worker, args=(world, [s for w, s in CASES if w == world], out), nprocs=world, join=True)
+    for world, stage in CASES:
+        name = f"w{world}_z{stage}"
+        with open(os.path.join(WORK, f"ds{world}", name + ".json")) as f:
+            ds = json.load(f)
+        theirs = {int(k): v for k, v in ds["losses"].items()}
+        ok &= check(ds["loaded"] and ds["iteration"] == N and ds["global_steps"] == N and ds["scheduler_steps"] == N * GLOBAL,
+                    f"{name}: DeepSpeed's load_checkpoint took it (client iteration {ds['iteration']}, global_steps {ds['global_steps']}, "
+                    f"scheduler at {ds['scheduler_steps']} samples)")
+        diff = worst(theirs, ours[(world, stage)])
+        ok &= check(diff <= TOLERANCE, f"{name}: DeepSpeed's engine continues iterations {N + 1}-{N + K} with pretrain_gpt's losses "
+                    f"within {diff:.1e} (relative)")
+        sd = get_fp32_state_dict_from_zero_checkpoint(ckpt_of(world, stage), tag=f"global_step{N}")
+        ok &= check(len(sd) > 0 and "embedding.word_embeddings.weight" in sd,
+                    f"{name}: zero_to_fp32 reads {len(sd)} tensors, the embedding {tuple(sd['embedding.word_embeddings.weight'].shape)}")
+        # pretrain_gpt resumes its own DeepSpeed-format save of iteration N
+        copy = os.path.join(WORK, "resume_src_" + name)
+        shutil.copytree(ckpt_of(world, stage), copy)
+        with open(os.path.join(copy, "latest"), "w") as f:
+            f.write(f"global_step{N}")
+        os.remove(os.path.join(copy, "latest_checkpointed_iteration.txt"))
+        resumed = os.path.join(WORK, "resumed_" + name)
+        log = RUN.pretrain(resumed, "--load", copy, "--nproc-per-node", str(world), "--zero-stage", str(stage), schedule=SCHEDULE)
+        again = Run.losses(resumed)
+        diff = worst(again, ours[(world, stage)])
+        ok &= check("Adam's moments and step" in log and sorted(again) == list(range(N + 1, N + K + 1)) and diff <= TOLERANCE,
+                    f"{name}: pretrain_gpt --load of it continues with the same losses within {diff:.1e}")
+    sys.exit(0 if ok else 1)
+
+
+if __name__ == "__main__":
+    main()

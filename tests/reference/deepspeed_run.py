@@ -1,0 +1,114 @@
+"""What the DeepSpeed reference tests share: the tiny GPT both sides train
+(megatron-core's GPTModel under DeepSpeed's engine on the CPU, pretrain_gpt on
+the same samples), pretrain_gpt's command for it, the client state
+Megatron-DeepSpeed saves, one data-parallel training iteration of the engine,
+and the losses pretrain_gpt logged.
+
+  run = Run(BIN, DATA_DIR, WORK, iters=N + K)
+  run.pretrain(save_dir, "--load", ckpt)        # stderr; asserts success
+  loss = run.iteration(engine, sample, it, rank, world)
+  run.losses(save_dir)                          # {iteration: lm loss}
+  start_worker(out, rank, world) ... end_worker()  # a DeepSpeed rank spawned by torch.multiprocessing
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+from reference_env import missing
+
+os.environ["DS_ACCELERATOR"] = "cpu"
+try:
+    import numpy as np
+    import torch
+    import torch.nn.functional as F
+    import deepspeed  # noqa: F401  (importable: the workers use it)
+    import megatron_cpu
+    from megatron_cpu import causal_mask, positions
+except ImportError as e:  # pragma: no cover
+    missing(e, "deepspeed or megatron-core")
+
+L, H, HEADS, SEQ, MICRO, GLOBAL, LR, SEED = 2, 64, 4, 32, 2, 4, 3e-3, 1234
+VOCAB = 5120  # the tiny vocabulary (5000 tokens) padded as pretrain_gpt pads it
+TOKENS = torch.tensor([[5, 17, 3, 99, 42, 0, 4999, 8, 640, 31]])
+
+
+class Run:
+    def __init__(self, bin_dir, data_dir, work, iters):
+        self.bin, self.work, self.iters = bin_dir, work, iters
+        self.data = os.path.join(data_dir, "megatron", "meg-gpt2-openwebtext_text_document")
+        self.vocab_file = os.path.join(data_dir, "megatron", "gpt2-tiny-vocab.json")
+        self.index = os.path.join(work, "cache", os.path.basename(self.data) + "_train_indexmap_%dns_%dsl_%ds" % (iters * GLOBAL, SEQ, SEED))
+
+    def pretrain(self, save, *extra, schedule=("--lr-decay-style", "constant", "--lr-warmup-iters", "0")):
+        """pretrain_gpt on the tiny GPT for self.iters iterations, fp32, no dropout or clipping."""
+        cmd = [os.path.join(self.bin, "pretrain_gpt"), "--num-layers", str(L), "--hidden-size", str(H), "--num-attention-heads",
+               str(HEADS), "--seq-length", str(SEQ), "--max-position-embeddings", str(SEQ), "--micro-batch-size", str(MICRO),
+               "--global-batch-size", str(GLOBAL), "--train-iters", str(self.iters), "--lr", str(LR), *schedule, "--weight-decay", "0.01",
+               "--clip-grad", "0", "--data-path", self.data, "--vocab-file", self.vocab_file, "--split", "949,50,1", "--log-interval", "1",
+               "--eval-interval", "1000", "--eval-iters", "0", "--hidden-dropout", "0", "--attention-dropout", "0", "--seed", str(SEED),
+               "--save", save, "--data-cache-path", os.path.join(self.work, "cache"), "--distributed-backend", "gloo", *extra]
+        r = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"))
+        assert r.returncode == 0, r.stderr[-3000:]
+        return r.stderr
+
+    @staticmethod
+    def losses(save):
+        """The training losses pretrain_gpt logged in save/metrics.jsonl, by iteration."""
+        out = {}
+        with open(os.path.join(save, "metrics.jsonl")) as f:
+            for line in f:
+                rec = json.loads(line)
+                if "consumed_samples" in rec and "split" not in rec:
+                    out[rec["iteration"]] = rec["lm_loss"]
+        return out
+
+    @staticmethod
+    def iteration(engine, sample, it, rank, world, lr_kwargs=None):
+        """Iteration `it` (from 1) of the engine on this rank's share of the global batch, in
+        pretrain_gpt's order; returns the loss averaged over every rank."""
+        steps = GLOBAL // (MICRO * world)  # micro-batches per rank per iteration
+        total = torch.zeros(())
+        for m in range(steps):
+            first = (it - 1) * GLOBAL + rank * steps * MICRO + m * MICRO
+            batch = torch.tensor(np.stack([sample(first + b) for b in range(MICRO)]).astype(np.int64))
+            logits = engine(batch[:, :-1], positions(SEQ), causal_mask(SEQ))
+            loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), batch[:, 1:].reshape(-1))
+            engine.backward(loss)
+            engine.step(lr_kwargs=lr_kwargs)
+            total += loss.detach()
+        torch.distributed.all_reduce(total)
+        return total.item() / (steps * world)
+
+
+def megatron_args(iteration, pp=1):
+    """What Megatron-DeepSpeed keeps in the engine's client state."""
+    return argparse.Namespace(num_layers=L, hidden_size=H, num_attention_heads=HEADS, max_position_embeddings=SEQ, seq_length=SEQ,
+                              padded_vocab_size=VOCAB, tensor_model_parallel_size=1, pipeline_model_parallel_size=pp,
+                              bias_gelu_fusion=True, openai_gelu=False, position_embedding_type="learned_absolute",
+                              normalization="LayerNorm", add_bias_linear=True, swiglu=False, untie_embeddings_and_output_weights=False,
+                              global_batch_size=GLOBAL, consumed_train_samples=iteration * GLOBAL, consumed_valid_samples=0,
+                              iteration=iteration, deepspeed=True, zero_stage=None)
+
+
+def adamw_groups(model, weight_decay=0.01):
+    """torch's AdamW in Megatron's two groups (decay on matrices, none on biases and LayerNorms), with
+    the multipliers Megatron's scheduler reads."""
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    return torch.optim.AdamW([{"params": decay, "weight_decay": weight_decay, "wd_mult": 1.0, "lr_mult": 1.0},
+                              {"params": no_decay, "weight_decay": 0.0, "wd_mult": 0.0, "lr_mult": 1.0}], lr=LR)
+
+
+def start_worker(out, rank, world):
+    """A spawned rank: its environment for DeepSpeed, one thread, and the Gloo group (megatron_cpu)."""
+    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world))
+    torch.set_num_threads(1)
+    megatron_cpu.init(out, rank, world)
+
+
+def end_worker():
+    torch.distributed.destroy_process_group()
+    sys.stdout.flush()
+    os._exit(0)  # past DeepSpeed's and Gloo's teardown: everything is on disk
