@@ -291,6 +291,24 @@ void check_gelu(const std::string& where, const Gpt2Config& saved, const Gpt2Con
               name(run.erf_gelu), saved.erf_gelu ? "add --no-bias-gelu-fusion" : "drop --no-bias-gelu-fusion (or add --openai-gelu)");
 }
 
+// The checkpoint's model is this run's: its shape, GELU and vocabulary (`what`: "a DeepSpeed
+// checkpoint", for the message; `tp`: the tensor-parallel size it was saved with, whose
+// padding its embedding rows may carry). Another padding of the same vocabulary is a warning
+// (`warn`: this rank says it).
+void check_same_model(const std::string& where, const std::string& what, const Gpt2Config& s, const Gpt2Config& c, int64_t tp,
+                      int64_t divisible_by, bool warn) {
+  if (s.num_layers != c.num_layers || s.hidden != c.hidden || s.heads != c.heads || s.max_positions != c.max_positions)
+    throw Error(ErrorKind::Usage, "%s: %s of %ld layers, hidden %ld, %ld heads, %ld positions; this run has %ld, %ld, %ld, %ld", where.c_str(),
+                what.c_str(), (long)s.num_layers, (long)s.hidden, (long)s.heads, (long)s.max_positions, (long)c.num_layers, (long)c.hidden,
+                (long)c.heads, (long)c.max_positions);
+  check_gelu(where, s, c);
+  check_vocabulary(where, s.vocab_entries, s.vocab_size, tp, divisible_by, c.vocab_entries);
+  if (s.vocab_size != c.vocab_size && warn)
+    ZLM_LOG_WRN("WARNING: the checkpoint's padded vocabulary has %ld rows, this run's %ld (another --tensor-model-parallel-size or "
+                "--make-vocab-size-divisible-by); padding rows %s, every token's row kept", (long)s.vocab_size, (long)c.vocab_size,
+                s.vocab_size > c.vocab_size ? "dropped" : "added (copies of the last row)");
+}
+
 // A checkpoint of Megatron-LM or DeepSpeed (megatron_format.h,
 // deepspeed_format.h): its weights, cut for this rank, its iteration and
 // consumed samples, and Adam's moments and step where it has them (else they
@@ -298,16 +316,10 @@ void check_gelu(const std::string& where, const Gpt2Config& saved, const Gpt2Con
 bool load_imported_checkpoint(const TrainArgs& a, ImportedModel m, Gpt2& model, ZeroEngine& engine, ProcessGrid& grid, RunState& st) {
   const Gpt2Config& c = model->config();
   const Gpt2Config& s = m.config;
-  if (s.num_layers != c.num_layers || s.hidden != c.hidden || s.heads != c.heads || s.max_positions != c.max_positions)
-    throw Error(ErrorKind::Usage, "--load %s: a %s checkpoint of %ld layers, hidden %ld, %ld heads, %ld positions; this run has %ld, %ld, "
-                "%ld, %ld", a.load.c_str(), m.format.c_str(), (long)s.num_layers, (long)s.hidden, (long)s.heads, (long)s.max_positions,
-                (long)c.num_layers, (long)c.hidden, (long)c.heads, (long)c.max_positions);
-  check_gelu("--load " + a.load, s, c);
-  check_vocabulary("--load " + a.load, m.vocab_entries, s.vocab_size, m.tp,
-                   m.vocab_divisible_by > 0 ? m.vocab_divisible_by : a.make_vocab_size_divisible_by, c.vocab_entries);
-  if (s.vocab_size != c.vocab_size && grid.world().rank() == 0)
-    ZLM_LOG_WRN("WARNING: the checkpoint's padded vocabulary has %ld rows, this run's %ld; padding rows %s", (long)s.vocab_size,
-                (long)c.vocab_size, s.vocab_size > c.vocab_size ? "dropped" : "added (copies of the last row)");
+  Gpt2Config saved = s;
+  saved.vocab_entries = m.vocab_entries;
+  check_same_model("--load " + a.load, "a " + m.format + " checkpoint", saved, c, m.tp,
+                   m.vocab_divisible_by > 0 ? m.vocab_divisible_by : a.make_vocab_size_divisible_by, grid.world().rank() == 0);
   const bool moments = !m.exp_avg.empty();
   const auto shapes = engine.param_shapes();
   ZeroEngine::FullState full;
@@ -634,16 +646,7 @@ bool load_checkpoint(const TrainArgs& a, Gpt2& model, ZeroEngine& engine, Proces
   CheckpointReader r(a.load);
   const Gpt2Config& c = model->config();
   const Gpt2Config& s = r.config;
-  if (s.num_layers != c.num_layers || s.hidden != c.hidden || s.heads != c.heads)
-    throw Error(ErrorKind::Usage, "%s: checkpoint of a model with %ld layers, hidden %ld, %ld heads, vocab %ld; this run has %ld, %ld, %ld, %ld",
-                r.path(0, 0).c_str(), (long)s.num_layers, (long)s.hidden, (long)s.heads, (long)s.vocab_size, (long)c.num_layers,
-                (long)c.hidden, (long)c.heads, (long)c.vocab_size);
-  check_vocabulary(r.path(0, 0), r.config.vocab_entries, s.vocab_size, r.layout.tp, a.make_vocab_size_divisible_by, c.vocab_entries);
-  check_gelu(r.path(0, 0), s, c);
-  if (s.vocab_size != c.vocab_size && grid.world().rank() == 0)
-    ZLM_LOG_WRN("WARNING: the checkpoint's padded vocabulary has %ld rows, this run's %ld (another --tensor-model-parallel-size or "
-                "--make-vocab-size-divisible-by); padding rows %s, every token's row kept", (long)s.vocab_size, (long)c.vocab_size,
-                s.vocab_size > c.vocab_size ? "dropped" : "added (copies of the last row)");
+  check_same_model(r.path(0, 0), "a checkpoint", s, c, r.layout.tp, a.make_vocab_size_divisible_by, grid.world().rank() == 0);
   ZeroEngine::FullState full;
   for (const auto& item : model->named_parameters()) {
     const std::string& local = item.key();

@@ -200,6 +200,8 @@ void merge_stage3(const std::vector<std::vector<Param>>& groups, const std::vect
 // (just weight and bias); they become Megatron's legacy names.
 class PipeLayers {
  public:
+  // Each layer file is classified by its keys alone (a shapes-only read); the weights are read
+  // only when asked for (weights()), since the ZeRO partitions usually hold them.
   PipeLayers(const fs::path& tag, int64_t tp) {
     const std::regex name("layer_([0-9]+)(?:-model_([0-9]+))?-model_states\\.pt");
     std::map<long, fs::path> files;
@@ -209,13 +211,14 @@ class PipeLayers {
       if (std::regex_match(f, m, name) && (m[2].matched ? std::stol(m[2]) : 0) == tp) files[std::stol(m[1])] = e.path();
     }
     int64_t blocks = 0;
+    bool have_embedding = false;
     for (auto& [index, path] : files) {
-      PyValue v = load_torch_file(path.string());
+      const PyValue v = load_torch_file(path.string(), TensorData::kShapesOnly);
       if (!v.is(PyValue::Kind::Dict)) throw Error(ErrorKind::Format, "%s: %s, not a layer's state dict", path.c_str(), v.describe().c_str());
       std::string prefix;
       if (v.find("word_embeddings.weight")) {
-        if (have_embedding_) continue;  // the last stage's copy of the tied embedding
-        have_embedding_ = true;
+        if (have_embedding) continue;  // the last stage's copy of the tied embedding
+        have_embedding = true;
         prefix = "language_model.embedding.";
       } else if (v.find("input_layernorm.weight")) {
         prefix = "language_model.encoder.layers." + std::to_string(blocks++) + ".";
@@ -226,14 +229,19 @@ class PipeLayers {
                     v.entries.empty() ? "empty" : v.entries[0].first->as_str().c_str());
       }
       prefixes_[index] = prefix;
-      for (auto& [k, t] : v.entries) weights_.emplace_back(prefix + k->as_str(), t->is(PyValue::Kind::Tensor) ? t->as_tensor() : torch::Tensor());
-      files_.push_back(path.string());
+      files_.emplace_back(path.string(), prefix);
     }
   }
   bool empty() const { return files_.empty(); }
   // The weights as the layer files hold them (the module's dtype), under Megatron's names.
-  const std::vector<std::pair<std::string, torch::Tensor>>& weights() const { return weights_; }
-  const std::string& file() const { return files_.front(); }
+  std::vector<std::pair<std::string, torch::Tensor>> weights() const {
+    std::vector<std::pair<std::string, torch::Tensor>> out;
+    for (const auto& [file, prefix] : files_)
+      for (auto& [k, t] : load_torch_file(file).entries)
+        out.emplace_back(prefix + k->as_str(), t->is(PyValue::Kind::Tensor) ? t->as_tensor() : torch::Tensor());
+    return out;
+  }
+  const std::string& file() const { return files_.front().first; }
   // A ZeRO parameter name ("3.mlp.dense_h_to_4h.weight", "tied_modules.embed.word_embeddings.weight") -> Megatron's.
   std::string megatron_name(const std::string& name, const std::string& where) const {
     if (name.starts_with("tied_modules.")) {
@@ -251,9 +259,7 @@ class PipeLayers {
 
  private:
   std::map<long, std::string> prefixes_;
-  std::vector<std::pair<std::string, torch::Tensor>> weights_;
-  std::vector<std::string> files_;
-  bool have_embedding_ = false;
+  std::vector<std::pair<std::string, std::string>> files_;  // (file, its Megatron name prefix), in layer order
 };
 
 }  // namespace

@@ -500,7 +500,7 @@ PyValue unpickle(std::string_view bytes, const std::function<torch::Tensor(const
   return Unpickler(bytes, storage, where).run();
 }
 
-PyValue load_torch_file(const std::string& path) {
+PyValue load_torch_file(const std::string& path, TensorData data) {
   std::unique_ptr<caffe2::serialize::PyTorchStreamReader> zip;
   try {
     zip = std::make_unique<caffe2::serialize::PyTorchStreamReader>(path);
@@ -524,6 +524,7 @@ PyValue load_torch_file(const std::string& path) {
   auto storage = [&](const std::string& key, torch::ScalarType dtype, int64_t numel) {
     auto it = storages.find(key);
     if (it != storages.end()) return it->second;
+    if (data == TensorData::kShapesOnly) return storages[key] = torch::empty({numel}, torch::TensorOptions().dtype(dtype).device(torch::kMeta));
     auto [data, size] = record("data/" + key);
     const auto bytes = static_cast<size_t>(numel) * c10::elementSize(dtype);
     if (size < bytes)

@@ -56,8 +56,11 @@ struct PyValue {
   std::string describe() const;
 };
 
-// Reads a torch.save file (messages name the path).
-PyValue load_torch_file(const std::string& path);
+// Reads a torch.save file (messages name the path). kShapesOnly reads the pickle
+// alone: its tensors are meta tensors (shape and dtype, no storage read), for a
+// look at what a file holds.
+enum class TensorData { kRead, kShapesOnly };
+PyValue load_torch_file(const std::string& path, TensorData data = TensorData::kRead);
 
 // Writes `v` as torch.save does (a zip of data.pkl, protocol 2, and one storage
 // record per tensor), to a temporary name renamed when complete. Takes None,

@@ -121,10 +121,22 @@ TEST(TorchPickle, WritesWhatItReads) {
   list->kind = K::List;
   list->items = {py_int(1), py_str("two")};
   put("list", list);
+  auto scaler = py_dict();
+  scaler->entries.emplace_back(py_str("cur_scale"), py_float(1.0));
+  put("scaler", py_object("deepspeed.runtime.fp16.loss_scaler.LossScaler", scaler));  // an instance: NEWOBJ + BUILD
+  put("betas", py_tuple({py_float(0.9), py_float(0.95)}));
   const fs::path file = fs::temp_directory_path() / ("zlm_pickle_write_" + std::to_string(getpid()) + ".pt");
   save_torch_file(file.string(), *d);
   const PyValue v = load_torch_file(file.string());
+  const PyValue shapes = load_torch_file(file.string(), TensorData::kShapesOnly);  // the pickle alone: meta tensors
   fs::remove(file);
+  EXPECT_TRUE(shapes.at("w").as_tensor().is_meta());
+  EXPECT_EQ(shapes.at("w").as_tensor().sizes(), c10::IntArrayRef({3, 2}));
+  EXPECT_EQ(shapes.at("h").as_tensor().scalar_type(), torch::kBFloat16);
+  EXPECT_EQ(v.at("scaler").s, "deepspeed.runtime.fp16.loss_scaler.LossScaler");
+  EXPECT_EQ(v.at("scaler").at("cur_scale").as_float(), 1.0);
+  ASSERT_TRUE(v.at("betas").is(K::Tuple));
+  EXPECT_EQ(v.at("betas").items[1]->as_float(), 0.95);
   EXPECT_TRUE(torch::equal(v.at("w").as_tensor(), torch::arange(6, torch::kFloat).view({2, 3}).t()));
   EXPECT_TRUE(torch::equal(v.at("h").as_tensor(), torch::ones({3}, torch::kBFloat16)));
   EXPECT_EQ(v.at("big").as_int(), int64_t{1} << 40);
