@@ -101,9 +101,17 @@ shard_list() {
     compgen -G "$SHARDS" | LC_ALL=C sort || true
   fi
 }
+# Part T of COUNT, zero-padded to one width for the set (5 digits, more past 99,999 parts),
+# so that a directory's sorted listing is in part order.
+numbered() {
+  local last=$(($2 - 1))
+  local width=${#last}
+  ((width < 5)) && width=5
+  printf "%0${width}d" "$1"
+}
 if ((DOWNLOAD)); then
   SHARD_FILES=()
-  for ((t = 0; t < DOWNLOAD_TASKS; t++)); do SHARD_FILES+=("$(printf '%s/raw/part-%05d.jsonl' "$WORK" "$t")"); done
+  for ((t = 0; t < DOWNLOAD_TASKS; t++)); do SHARD_FILES+=("$WORK/raw/part-$(numbered "$t" "$DOWNLOAD_TASKS").jsonl"); done
 else
   mapfile -t SHARD_FILES < <(shard_list)
 fi
@@ -120,7 +128,7 @@ tasks_of() {
     shuffle_gather|preprocess_data) echo "$BUCKETS" ;;
   esac
 }
-part() { printf '%s/%s/part-%05d.jsonl' "$WORK" "$1" "$2"; }
+part() { printf '%s/%s/part-%s.jsonl' "$WORK" "$1" "$(numbered "$2" "$N")"; }
 
 # One task's command, into the array CMD (no eval: paths with spaces or shell characters stay one word).
 task_command() {
@@ -129,7 +137,7 @@ task_command() {
     blacklist_urls) CMD=("$BIN/blacklist_urls" "$URLS" "$WORK/urls.clean.txt" --rejected-out "$WORK/urls.rejected.tsv" -q) ;;
     download_urls) mkdir -p "$WORK/raw"  # an interrupted task resumes its part (raw/part-N.jsonl.resume)
              CMD=("$BIN/download_urls" "$WORK/urls.clean.txt" --part "$t/$N" --output "${SHARD_FILES[$t]}"
-                  --meta-out "$(printf '%s/raw/meta-%05d.jsonl' "$WORK" "$t")" --n_procs "$DOWNLOAD_PROCS"
+                  --meta-out "$WORK/raw/meta-$(numbered "$t" "$N").jsonl" --n_procs "$DOWNLOAD_PROCS"
                   "${DOWNLOAD_ARGS[@]}" --threads "$THREADS" -q) ;;
     cleanup) mkdir -p "$WORK/cleaned" "$WORK/rejected"
              CMD=("$BIN/cleanup" "${SHARD_FILES[$t]}" "$(part cleaned "$t")" --rejected-out "$(part rejected "$t")"

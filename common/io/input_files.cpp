@@ -61,4 +61,10 @@ std::vector<std::string> expand_inputs(const std::vector<std::string>& specs) {
   return out;
 }
 
+std::string file_number(uint64_t i, uint64_t count) {
+  const int width = std::max<int>(5, static_cast<int>(std::to_string(count > 0 ? count - 1 : 0).size()));
+  std::string digits = std::to_string(i);
+  return std::string(static_cast<size_t>(std::max<int>(0, width - static_cast<int>(digits.size()))), '0') + digits;
+}
+
 }  // namespace zlm

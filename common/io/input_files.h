@@ -10,6 +10,7 @@
 // zlm::Error(Usage) naming the argument. Cost: one directory scan.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -17,5 +18,10 @@ namespace zlm {
 
 std::vector<std::string> expand_inputs(const std::string& spec);
 std::vector<std::string> expand_inputs(const std::vector<std::string>& specs);
+
+// Number `i` of `count` numbered files (part-00042.jsonl), zero-padded to 5
+// digits or to the width of count - 1 if wider: every name of a set has the
+// same width, so expand_inputs' byte-wise order is the numbers' order.
+std::string file_number(uint64_t i, uint64_t count);
 
 }  // namespace zlm

@@ -98,12 +98,16 @@ struct Run {
     std::string key = shards[s] + "#" + std::to_string(s);
     return XXH64(key.data(), key.size(), 1);
   }
-  std::string sig_path(uint32_t s, const std::string& suffix) const { return strprintf("%s/signatures/%05u.%s", opt.work.c_str(), s, suffix.c_str()); }
+  // Per-shard names are numbered at one width for the run's shard count (file_number), so that they sort as the shards do.
+  std::string shard_number(uint32_t s) const { return file_number(s, shards.size()); }
+  std::string sig_path(uint32_t s, const std::string& suffix) const {
+    return strprintf("%s/signatures/%s.%s", opt.work.c_str(), shard_number(s).c_str(), suffix.c_str());
+  }
   std::string band_path(uint32_t s, uint32_t b) const { return sig_path(s, strprintf("band-%03u", b)); }
   std::string candidates_path(uint32_t b, uint32_t r) const { return strprintf("%s/candidates/%03u-%04u.cand", opt.work.c_str(), b, r); }
   std::string pairs_path(uint32_t v) const { return strprintf("%s/pairs/%04u.pairs", opt.work.c_str(), v); }
-  std::string removals_path(uint32_t s) const { return strprintf("%s/removals/%05u.removals", opt.work.c_str(), s); }
-  std::string part_name(uint32_t s) const { return strprintf("part-%05u.jsonl", s); }
+  std::string removals_path(uint32_t s) const { return strprintf("%s/removals/%s.removals", opt.work.c_str(), shard_number(s).c_str()); }
+  std::string part_name(uint32_t s) const { return "part-" + shard_number(s) + ".jsonl"; }
 
   StageFileReader docs(uint32_t s, bool verify) const {
     return StageFileReader(sig_path(s, "docs"), StageFileKind::Docs, sizeof(DocRecord), settings, shard_subject(s), verify);
@@ -692,12 +696,12 @@ FilterCounts filter_task(const Run& run, uint32_t s) {
 
 std::string task_name(Stage stage, const Run& run, uint64_t t) {
   switch (stage) {
-    case Stage::Signatures: return strprintf("signatures-%05lu", (unsigned long)t);
+    case Stage::Signatures: return "signatures-" + file_number(t, run.shards.size());
     case Stage::Candidates:
       return strprintf("candidates-%03lu-%04lu", (unsigned long)(t / run.opt.settings.ranges), (unsigned long)(t % run.opt.settings.ranges));
     case Stage::Verify: return strprintf("verify-%04lu", (unsigned long)t);
     case Stage::Cluster: return "cluster";
-    case Stage::Filter: return strprintf("filter-%05lu", (unsigned long)t);
+    case Stage::Filter: return "filter-" + file_number(t, run.shards.size());
   }
   return "?";
 }

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/core/error.h"
+#include "common/io/input_files.h"
 #include "common/io/line_reader.h"
 #include "common/core/log.h"
 #include "common/core/files.h"
@@ -140,11 +141,14 @@ namespace {
 
 constexpr char kScatterEnd[8] = {'Z', 'L', 'M', 'S', 'H', 'U', 'F', '1'};
 
-std::string count_path(const ShardedOptions& o, size_t part) { return strprintf("%s/shuffle/counts/%05zu.count", o.work.c_str(), part); }
+std::string count_path(const ShardedOptions& o, size_t part) {
+  return strprintf("%s/shuffle/counts/%s.count", o.work.c_str(), file_number(part, o.parts.size()).c_str());
+}
 // The scattered records depend on the seed and the bucket count: their directory says both, so a
 // run with others never takes them for its own.
 std::string scatter_path(const ShardedOptions& o, size_t part, uint32_t bucket) {
-  return strprintf("%s/shuffle/scatter-seed%lu-buckets%u/%05zu.bucket-%05u", o.work.c_str(), (unsigned long)o.seed, o.buckets, part, bucket);
+  return strprintf("%s/shuffle/scatter-seed%lu-buckets%u/%s.bucket-%05u", o.work.c_str(), (unsigned long)o.seed, o.buckets,
+                   file_number(part, o.parts.size()).c_str(), bucket);
 }
 std::string bucket_path(const ShardedOptions& o, uint32_t bucket) { return strprintf("%s/bucket-%05u.jsonl", o.output_dir.c_str(), bucket); }
 
