@@ -31,6 +31,20 @@ struct BucketRule {
   JaccardMode mode = JaccardMode::Union;
 };
 
+// The MinHash LSH settings find_duplicates and near_dedup share, with their
+// defaults (20 bands of 5 rows: Megatron's 10 x 10 finds far fewer pairs at
+// Jaccard 0.8; see the README), and the flags that set them
+// (common/dedup/lsh_flags.h).
+struct LshSettings {
+  uint32_t num_bands = 20;
+  uint32_t num_seeds = 100;
+  uint32_t char_ngram = 5;
+  uint64_t seed = 1234;
+  double jaccard_threshold = 0.5;
+  std::string jaccard = "union";
+  int heuristic_iter = 1;
+};
+
 // The rule of --jaccard-threshold, --heuristic-iter and --jaccard (union, min,
 // max) for bands of --num-seeds / --num-bands rows: the flags checked, each bad
 // one a usage error naming it (find_duplicates and near_dedup take the same flags).

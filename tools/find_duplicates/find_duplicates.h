@@ -23,22 +23,16 @@
 #include <vector>
 
 #include "common/io/cli.h"
+#include "common/dedup/lsh.h"
 #include "common/core/stats.h"
 
 namespace zlm::find_duplicates {
 
-struct FindDuplicatesOptions {
+struct FindDuplicatesOptions : LshSettings {
   std::vector<std::string> inputs;  // file key file key ...
   std::string output;
   std::string save_fingerprints;
   std::vector<std::string> load_fingerprints;
-  std::string jaccard = "union";
-  int heuristic_iter = 1;
-  uint32_t num_bands = 20;  // Megatron: 10 (see README: recall at J >= 0.8)
-  uint32_t num_seeds = 100;
-  uint32_t char_ngram = 5;
-  uint64_t seed = 1234;
-  double jaccard_threshold = 0.5;
   std::string text_key = "text";
   int threads = 1;
   int64_t max_bad_records = -1;

@@ -2,6 +2,7 @@
 // Jaccard, with the flags of Megatron's tools/openwebtext/find_duplicates.py.
 #include <thread>
 
+#include "common/dedup/lsh_flags.h"
 #include "common/io/cli.h"
 #include "common/core/error.h"
 #include "common/core/log.h"
@@ -20,14 +21,7 @@ int main(int argc, char** argv) {
   app.add_option("--output", opt.output, "JSONL of similar documents: {\"main id\": [{\"other id\": similarity}, ...]}");
   app.add_option("--save-fingerprints", opt.save_fingerprints, "Save ids, signatures and texts to FILE (zerolm's binary format)");
   app.add_option("--load-fingerprints", opt.load_fingerprints, "Fingerprint files to load first")->expected(1, -1);
-  app.add_option("--jaccard", opt.jaccard, "Jaccard denominator: union, min or max")->capture_default_str();
-  app.add_option("--heuristic-iter", opt.heuristic_iter, "Verification rounds per bucket (-1: until exhausted)")->capture_default_str();
-  app.add_option("--num-bands", opt.num_bands,
-                 "LSH bands (Megatron's default is 10; 20 bands x 5 rows find 99.9% of pairs at Jaccard 0.8, 10 x 10 only 68%)")->capture_default_str();
-  app.add_option("--num-seeds", opt.num_seeds, "MinHash permutations (a multiple of --num-bands)")->capture_default_str();
-  app.add_option("--seed", opt.seed, "Seed of the permutations")->capture_default_str()->check(zlm::whole_number(0, UINT64_MAX));
-  app.add_option("--char-ngram", opt.char_ngram, "Characters per shingle")->capture_default_str();
-  app.add_option("--jaccard-threshold", opt.jaccard_threshold, "Report pairs with similarity above this")->capture_default_str()->check(zlm::finite_range(0.0, 1.0));
+  zlm::add_lsh_flags(app, opt);
   app.add_option("--text-key", opt.text_key, "JSON key of the text")->capture_default_str();
   app.add_option("--threads", opt.threads, "Worker threads (output is identical for any number)")->capture_default_str()->check(zlm::thread_count());
   app.add_option("--max-bad-records", opt.max_bad_records, "Fail when more than N input lines are malformed")->type_name("N");

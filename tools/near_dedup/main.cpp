@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "common/core/error.h"
+#include "common/dedup/lsh_flags.h"
 #include "common/io/cli.h"
 #include "tools/near_dedup/near_dedup.h"
 
@@ -32,14 +33,7 @@ int main(int argc, char** argv) {
   auto& s = opt.settings;
   app.add_option("--key", s.key, "JSON key of the document id (as find_duplicates --inputs FILE KEY and dedup --key)")->capture_default_str();
   app.add_option("--text-key", s.text_key, "JSON key of the text")->capture_default_str();
-  app.add_option("--num-bands", s.num_bands, "LSH bands")->capture_default_str();
-  app.add_option("--num-seeds", s.num_seeds, "MinHash permutations (a multiple of --num-bands)")->capture_default_str();
-  app.add_option("--seed", s.seed, "Seed of the permutations")->capture_default_str()->check(zlm::whole_number(0, UINT64_MAX));
-  app.add_option("--char-ngram", s.char_ngram, "Characters per shingle")->capture_default_str();
-  app.add_option("--jaccard", s.jaccard, "Jaccard denominator: union, min or max")->capture_default_str();
-  app.add_option("--jaccard-threshold", s.jaccard_threshold, "Pairs above this similarity are reported (find_duplicates')")
-      ->capture_default_str()->check(zlm::finite_range(0.0, 1.0));
-  app.add_option("--heuristic-iter", s.heuristic_iter, "Verification rounds per bucket (-1: until exhausted)")->capture_default_str();
+  zlm::add_lsh_flags(app, s);
   app.add_option("--group-threshold", s.group_threshold, "Documents at or above this similarity are grouped (group_dups' threshold)")
       ->capture_default_str()->check(zlm::finite_range(0.0, 1.0));
   app.add_option("--ranges", s.ranges, "Hash ranges per band (candidates tasks = bands x ranges)")->capture_default_str()->check(CLI::Range(1, 65536));

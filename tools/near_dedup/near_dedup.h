@@ -37,6 +37,7 @@
 
 #include "common/core/stats.h"
 #include "common/io/cli.h"
+#include "common/dedup/lsh.h"
 
 namespace zlm::near_dedup {
 
@@ -44,14 +45,7 @@ enum class Stage { Signatures, Candidates, Verify, Cluster, Filter };
 Stage parse_stage(const std::string& name);
 const char* stage_name(Stage stage);
 
-struct Settings {  // the same in every stage of one run (files record their fingerprint)
-  uint32_t num_bands = 20;
-  uint32_t num_seeds = 100;
-  uint32_t char_ngram = 5;
-  uint64_t seed = 1234;
-  double jaccard_threshold = 0.5;
-  std::string jaccard = "union";
-  int heuristic_iter = 1;
+struct Settings : LshSettings {  // the same in every stage of one run (files record their fingerprint)
   double group_threshold = 0.7;
   std::string key = "url";
   std::string text_key = "text";
