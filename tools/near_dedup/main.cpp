@@ -28,7 +28,8 @@ int main(int argc, char** argv) {
   app.add_flag("--print-tasks", print_tasks, "Print the stage's number of tasks and exit");
   app.add_option("--local-tasks", opt.local_tasks, "Without --task: tasks run at once")->capture_default_str()->check(CLI::Range(1, 4096));
   app.add_option("--threads", opt.threads, "Threads within a task")->capture_default_str()->check(zlm::thread_count());
-  app.add_option("--memory-mb", opt.memory_mb, "signatures: band records held in memory before sorted runs are spilled")
+  app.add_option("--memory-mb", opt.memory_mb, "signatures: band records held in memory before sorted runs are spilled; verify: candidate "
+                 "pairs held at once (more are taken in several sweeps)")
       ->capture_default_str()->check(zlm::finite_range(0.01, 16777216.0));
   auto& s = opt.settings;
   app.add_option("--key", s.key, "JSON key of the document id (as find_duplicates --inputs FILE KEY and dedup --key)")->capture_default_str();

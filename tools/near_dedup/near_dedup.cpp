@@ -503,36 +503,33 @@ CandidateCounts candidates_task(const Run& run, uint32_t band, uint32_t r, TextS
 // ---------------------------------------------------------------- verify
 
 struct VerifyCounts {
-  uint64_t candidates = 0, distinct = 0, compared = 0, similar = 0;
+  uint64_t candidates = 0, distinct = 0, compared = 0, similar = 0, sweeps = 0;
 };
 
-uint32_t verify_part(const PairRecord& p, uint32_t parts) {
+uint64_t pair_hash(const PairRecord& p) {
   const uint64_t key[2] = {p.main, p.other};
-  return static_cast<uint32_t>(XXH3_64bits(key, sizeof key) % parts);
+  return XXH3_64bits(key, sizeof key);
 }
+uint32_t verify_part(const PairRecord& p, uint32_t parts) { return static_cast<uint32_t>(pair_hash(p) % parts); }
 
-// Part v of every candidates file's pairs: each distinct pair once (sorted by
-// main, then other), its Jaccard computed unless a candidates task verified it
-// (--heuristic-iter other than 1); the similar pairs out.
-VerifyCounts verify_task(const Run& run, uint32_t v, TextSource& texts) {
+// Every candidates file's pairs of verify part v, in file order.
+void for_each_candidate(const Run& run, uint32_t v, const std::function<void(const PairRecord&)>& fn) {
   const Settings& st = run.opt.settings;
-  VerifyCounts counts;
-  std::vector<PairRecord> pairs;
   for (uint32_t b = 0; b < st.num_bands; ++b)
     for (uint32_t r = 0; r < st.ranges; ++r) {
       StageFileReader in(run.candidates_path(b, r), StageFileKind::Candidates, sizeof(PairRecord), run.settings, b * uint64_t{st.ranges} + r,
                          v == 0);  // part 0's task verifies the checksums: each file once
       for (uint64_t i = 0; i < in.count(); ++i) {
         const PairRecord p = in.get<PairRecord>(i);
-        if (verify_part(p, st.verify_tasks) == v) pairs.push_back(p);
+        if (verify_part(p, st.verify_tasks) == v) fn(p);
       }
     }
-  counts.candidates = pairs.size();
-  std::sort(pairs.begin(), pairs.end(), [](const PairRecord& a, const PairRecord& b) { return a.main != b.main ? a.main < b.main : a.other < b.other; });
-  pairs.erase(std::unique(pairs.begin(), pairs.end(), [](const PairRecord& a, const PairRecord& b) { return a.main == b.main && a.other == b.other; }),
-              pairs.end());
-  counts.distinct = pairs.size();
-  // Runs of one main document, in parallel: its shingle set computed once per run.
+}
+
+// Jaccard of each unverified pair (sorted by main document): runs of one main document in
+// parallel, its shingle set computed once per run. Returns the pairs compared.
+uint64_t verify_pairs(const Run& run, std::vector<PairRecord>& pairs, TextSource& texts) {
+  const Settings& st = run.opt.settings;
   std::vector<size_t> runs{0};
   for (size_t i = 1; i < pairs.size(); ++i)
     if (pairs[i].main != pairs[i - 1].main) runs.push_back(i);
@@ -551,14 +548,39 @@ VerifyCounts verify_task(const Run& run, uint32_t v, TextSource& texts) {
       }
     });
   });
-  counts.compared = compared;
+  return compared;
+}
+
+// Part v of every candidates file's pairs: each distinct pair once (sorted by
+// main, then other), its Jaccard computed unless a candidates task verified it
+// (--heuristic-iter other than 1); the similar pairs out. The part is taken in
+// sweeps over the candidates files, each holding the pairs of one slice of the
+// pair hashes, so that no sweep holds more than --memory-mb of them.
+VerifyCounts verify_task(const Run& run, uint32_t v, TextSource& texts) {
+  const Settings& st = run.opt.settings;
+  VerifyCounts counts;
+  for_each_candidate(run, v, [&](const PairRecord&) { ++counts.candidates; });
+  const uint64_t budget = std::max<uint64_t>(static_cast<uint64_t>(run.opt.memory_mb * 1048576.0), 4096) / sizeof(PairRecord);
+  counts.sweeps = std::max<uint64_t>(1, (counts.candidates + budget - 1) / budget);
   fs::create_directories(run.opt.work + "/pairs");
   StageFileWriter out(run.pairs_path(v), StageFileKind::Pairs, sizeof(PairRecord), run.settings, v);
-  for (const PairRecord& p : pairs)
-    if (p.similarity > st.jaccard_threshold) {
-      out.add(&p);
-      ++counts.similar;
-    }
+  std::vector<PairRecord> pairs;
+  for (uint64_t sweep = 0; sweep < counts.sweeps; ++sweep) {
+    pairs.clear();
+    for_each_candidate(run, v, [&](const PairRecord& p) {
+      if ((pair_hash(p) / st.verify_tasks) % counts.sweeps == sweep) pairs.push_back(p);
+    });
+    std::sort(pairs.begin(), pairs.end(), [](const PairRecord& a, const PairRecord& b) { return a.main != b.main ? a.main < b.main : a.other < b.other; });
+    pairs.erase(std::unique(pairs.begin(), pairs.end(), [](const PairRecord& a, const PairRecord& b) { return a.main == b.main && a.other == b.other; }),
+                pairs.end());
+    counts.distinct += pairs.size();
+    counts.compared += verify_pairs(run, pairs, texts);
+    for (const PairRecord& p : pairs)
+      if (p.similarity > st.jaccard_threshold) {
+        out.add(&p);
+        ++counts.similar;
+      }
+  }
   out.commit();
   return counts;
 }
@@ -742,9 +764,10 @@ TaskReport run_task(Stage stage, const Run& run, uint64_t t, TextSource* texts) 
     }
     case Stage::Verify: {
       const VerifyCounts c = verify_task(run, static_cast<uint32_t>(t), *texts);
-      return {{{"candidate_pairs", c.candidates}, {"distinct_pairs", c.distinct}, {"pairs_compared", c.compared}, {"pairs_similar", c.similar}},
-              strprintf("%lu candidate pairs, %lu distinct, %lu compared, %lu similar", (unsigned long)c.candidates, (unsigned long)c.distinct,
-                        (unsigned long)c.compared, (unsigned long)c.similar)};
+      return {{{"candidate_pairs", c.candidates}, {"distinct_pairs", c.distinct}, {"pairs_compared", c.compared}, {"pairs_similar", c.similar},
+               {"sweeps", c.sweeps}},
+              strprintf("%lu candidate pairs, %lu distinct, %lu compared, %lu similar (%lu sweeps)", (unsigned long)c.candidates,
+                        (unsigned long)c.distinct, (unsigned long)c.compared, (unsigned long)c.similar, (unsigned long)c.sweeps)};
     }
     case Stage::Cluster: {
       const ClusterCounts c = cluster_task(run);

@@ -61,7 +61,7 @@ struct Options {
   int64_t task = -1;       // one task of the stage, or -1 for all of them
   int local_tasks = 1;     // tasks run at once when task is -1
   int threads = 1;         // threads within a task
-  double memory_mb = 1024;  // signatures: band records held before a sorted run is spilled
+  double memory_mb = 1024;  // signatures: band records held before a sorted run is spilled; verify: candidate pairs per sweep
   int64_t max_bad_records = -1;
 };
 

@@ -51,6 +51,10 @@ for shards in 1 4 9; do
     --stats-out "$W/s$shards/w3.json" 2> /dev/null
   grep -q '"signatures_spills": [1-9]' "$W/s$shards/w3.json" || fail "--memory-mb 0.05 spilled no run"
 done
+# A verify task's pairs in several sweeps under the smallest --memory-mb (10 KiB: 436 pairs a sweep): the same lines kept.
+sharded "$W/s4" wsweep --memory-mb 0.01 --verify-tasks 2 --stats-out "$W/s4/wsweep.json"
+same "$W/s4" "4 shards, verify in sweeps of 436 pairs"
+grep -Eq '"verify_sweeps": ([2-9]|[1-9][0-9]+)[,}]' "$W/s4/wsweep.json" || fail "--memory-mb 0.01: one verify sweep ($(grep -o '"verify_sweeps": [0-9]*' "$W/s4/wsweep.json"))"
 # Other rules of find_duplicates and group_dups: rounds until exhausted, min denominator, other thresholds.
 d=$W/s4
 one_machine $d 0.95 --heuristic-iter -1 --jaccard min --jaccard-threshold 0.6
