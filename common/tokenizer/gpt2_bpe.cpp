@@ -126,13 +126,20 @@ void BpeCache::insert(std::string_view piece, uint64_t h, const int32_t* ids, si
 namespace {
 constexpr size_t kShortPiece = 64;  // pieces up to this many bytes: plain loop + cache
 
+// A merge in the pair table, 8 bytes so that GPT-2's table (131,072 slots) takes 1 MiB and
+// stays in L2: the pair's symbols (20 bits each) and its rank (24 bits); the merge's result
+// is looked up by rank only when the pair is merged. All ones: an empty slot.
+constexpr int kSymbolBits = 20, kRankBits = 24;
+constexpr uint64_t kNoPair = ~0ULL;
+constexpr int32_t kMaxSymbols = (1 << kSymbolBits) - 1;  // ids below this (all ones is the empty slot's)
+constexpr int64_t kMaxMerges = int64_t{1} << kRankBits;
 struct PairEntry {
-  uint64_t key = ~0ULL;
-  int32_t rank = 0;
-  int32_t result = 0;
+  uint64_t packed = kNoPair;
+  uint64_t key() const { return packed >> kRankBits; }
+  int32_t rank() const { return static_cast<int32_t>(packed & ((uint64_t{1} << kRankBits) - 1)); }
 };
 
-uint64_t pair_key(int32_t a, int32_t b) { return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b); }
+uint64_t pair_key(int32_t a, int32_t b) { return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << kSymbolBits) | static_cast<uint32_t>(b); }
 uint64_t mix(uint64_t x) {
   x ^= x >> 33;
   x *= 0xff51afd7ed558ccdULL;
@@ -167,6 +174,7 @@ struct Gpt2Bpe::Impl {
   int32_t byte_symbol[256];
   std::vector<PairEntry> pairs;               // open addressing, power-of-two size
   uint64_t pair_mask = 0;
+  std::vector<int32_t> result_of;             // merge rank -> the symbol it makes (-1: a malformed line)
   size_t merges = 0;
   int32_t eod = -1;
   bool well_formed = true;
@@ -212,20 +220,21 @@ struct Gpt2Bpe::Impl {
   }
   // Where the pair (a, b)'s probe starts.
   uint64_t pair_home(uint64_t key) const { return mix(key) & pair_mask; }
-  const PairEntry* find_pair(int32_t a, int32_t b) const {
-    uint64_t key = pair_key(a, b);
+  // The rank of the merge of (a, b), or INT32_MAX when there is none.
+  int32_t pair_rank(int32_t a, int32_t b) const {
+    const uint64_t key = pair_key(a, b);
     for (uint64_t i = pair_home(key);; i = (i + 1) & pair_mask) {
-      const PairEntry& e = pairs[i];
-      if (e.key == key) return &e;
-      if (e.key == ~0ULL) return nullptr;
+      const PairEntry e = pairs[i];
+      if (e.key() == key) return e.rank();
+      if (e.packed == kNoPair) return INT32_MAX;
     }
   }
-  void put_pair(int32_t a, int32_t b, int32_t rank, int32_t result) {
-    uint64_t key = pair_key(a, b);
+  void put_pair(int32_t a, int32_t b, int32_t rank) {
+    const uint64_t key = pair_key(a, b);
     for (uint64_t i = pair_home(key);; i = (i + 1) & pair_mask) {
       PairEntry& e = pairs[i];
-      if (e.key == key || e.key == ~0ULL) {
-        e = {key, rank, result};  // a repeated pair keeps its last rank (Python dict semantics)
+      if (e.packed == kNoPair || e.key() == key) {
+        e.packed = (key << kRankBits) | static_cast<uint64_t>(rank);  // a repeated pair keeps its last rank (Python dict semantics)
         return;
       }
     }
@@ -243,7 +252,7 @@ struct Gpt2Bpe::Impl {
   bool deserialize(std::string_view bytes);
   bool load_saved(const std::string& path, uint64_t key);
   void save(const std::string& path, uint64_t key) const;
-  void index_merges(const std::vector<Merge>& merges);
+  void index_merges(const std::vector<Merge>& merges, const std::string& merges_path);
 
   void bpe_short(const int32_t* init, size_t n, std::vector<int32_t>& out) const;
   void bpe_heap(const int32_t* init, size_t n, std::vector<int32_t>& out) const;
@@ -377,20 +386,23 @@ std::vector<Gpt2Bpe::Impl::Merge> Gpt2Bpe::Impl::read_merges(std::string_view te
 
 // The pair table by rank, and whether the merges are well formed: every symbol
 // is produced only by merges ranked below every merge that uses it.
-void Gpt2Bpe::Impl::index_merges(const std::vector<Merge>& all) {
+void Gpt2Bpe::Impl::index_merges(const std::vector<Merge>& all, const std::string& merges_path) {
   merges = all.size();
+  if (num_symbols() >= static_cast<size_t>(kMaxSymbols) || static_cast<int64_t>(merges) >= kMaxMerges)
+    throw Error(ErrorKind::Format, "%s: %zu merges making %zu symbols; the tokenizer takes at most %ld merges and %d symbols", merges_path.c_str(),
+                merges, num_symbols(), (long)kMaxMerges - 1, kMaxSymbols - 1);
   size_t cap = 16;
   while (cap < all.size() * 2 + 16) cap <<= 1;
   pairs.assign(cap, PairEntry{});
   pair_mask = cap - 1;
+  result_of.assign(all.size(), -1);
   for (size_t r = 0; r < all.size(); ++r)
-    if (all[r].a >= 0) put_pair(all[r].a, all[r].b, static_cast<int32_t>(r), all[r].result);
+    if (all[r].a >= 0) put_pair(all[r].a, all[r].b, static_cast<int32_t>(r)), result_of[r] = all[r].result;
   std::vector<int64_t> max_create(num_symbols(), -1), min_use(num_symbols(), INT64_MAX);
   for (size_t r = 0; r < all.size(); ++r) {
     const Merge& mg = all[r];
     if (mg.a < 0) continue;
-    const PairEntry* e = find_pair(mg.a, mg.b);
-    if (!e || e->rank != static_cast<int32_t>(r)) continue;  // superseded duplicate
+    if (pair_rank(mg.a, mg.b) != static_cast<int32_t>(r)) continue;  // superseded duplicate
     max_create[mg.result] = std::max<int64_t>(max_create[mg.result], static_cast<int64_t>(r));
     min_use[mg.a] = std::min<int64_t>(min_use[mg.a], static_cast<int64_t>(r));
     min_use[mg.b] = std::min<int64_t>(min_use[mg.b], static_cast<int64_t>(r));
@@ -411,7 +423,7 @@ namespace {
 
 // The format's name and version: change it with the layout below (serialize), so that a model
 // saved by another build is parsed again rather than misread.
-constexpr char kModelMagic[8] = {'Z', 'L', 'M', 'B', 'P', 'E', '0', '2'};
+constexpr char kModelMagic[8] = {'Z', 'L', 'M', 'B', 'P', 'E', '0', '3'};
 
 struct Writer {
   std::string out;
@@ -479,6 +491,7 @@ std::string Gpt2Bpe::Impl::serialize() const {
   for (const auto& [bytes, id] : aliases) w.put_bytes(bytes), w.put(id);
   w.put_vector(id_slots);
   w.put_vector(pairs);
+  w.put_vector(result_of);
   return std::move(w.out);
 }
 
@@ -498,7 +511,9 @@ bool Gpt2Bpe::Impl::deserialize(std::string_view bytes) {
   }
   r.get_vector(id_slots);
   r.get_vector(pairs);
-  return r.ok && r.in.empty() && id_slots.size() == id_mask + 1 && pairs.size() == pair_mask + 1 && num_symbols() >= 256;
+  r.get_vector(result_of);
+  return r.ok && r.in.empty() && id_slots.size() == id_mask + 1 && pairs.size() == pair_mask + 1 && result_of.size() == merges &&
+         num_symbols() >= 256;
 }
 
 // The saved model at `path` when it is the one of these files (`key`) and its payload is whole.
@@ -545,7 +560,7 @@ Gpt2Bpe Gpt2Bpe::load(const std::string& vocab_path, const std::string& merges_p
   Gpt2Bpe bpe;
   Impl& m = *bpe.impl_;
   m.load_vocab(vocab_text, vocab_path);
-  m.index_merges(m.read_merges(merges_text, merges_path, vocab_path));
+  m.index_merges(m.read_merges(merges_text, merges_path, vocab_path), merges_path);
   if (!saved.empty()) m.save(saved, key);
   return bpe;
 }
@@ -560,7 +575,7 @@ void Gpt2Bpe::Impl::bpe_short(const int32_t* init, size_t n, std::vector<int32_t
   // The symbols, and for each adjacent pair its rank (INT32_MAX: no merge) and result. After a
   // round only the pairs that touch a merged symbol are looked up again; the others keep theirs.
   struct Sym {
-    int32_t value, rank, result;  // rank and result of the pair (this, next)
+    int32_t value, rank;  // rank of the pair (this, next)
     bool merged;
   };
   constexpr size_t kStack = kShortPiece * 4 + 8;
@@ -574,12 +589,8 @@ void Gpt2Bpe::Impl::bpe_short(const int32_t* init, size_t n, std::vector<int32_t
     cur = heap_buf[0].data();
     nxt = heap_buf[1].data();
   }
-  auto look_up = [this](Sym& s, int32_t next) {
-    const PairEntry* e = find_pair(s.value, next);
-    s.rank = e ? e->rank : INT32_MAX;
-    s.result = e ? e->result : 0;
-  };
-  for (size_t i = 0; i < n; ++i) cur[i] = Sym{init[i], INT32_MAX, 0, false};
+  auto look_up = [this](Sym& s, int32_t next) { s.rank = pair_rank(s.value, next); };
+  for (size_t i = 0; i < n; ++i) cur[i] = Sym{init[i], INT32_MAX, false};
   // The first lookups are independent: start every one's memory load before using any (the
   // pair table is larger than L2, and these misses were most of this function's time).
   for (size_t i = 0; i + 1 < n; ++i) __builtin_prefetch(&pairs[pair_home(pair_key(cur[i].value, cur[i + 1].value))]);
@@ -589,10 +600,11 @@ void Gpt2Bpe::Impl::bpe_short(const int32_t* init, size_t n, std::vector<int32_t
     for (size_t i = 0; i + 1 < n; ++i) best = std::min(best, cur[i].rank);
     if (best == INT32_MAX) break;
     // Every occurrence of the best pair, left to right (a rank names one pair).
+    const int32_t made = result_of[static_cast<size_t>(best)];
     size_t k = 0;
     for (size_t i = 0; i < n;) {
       if (i + 1 < n && cur[i].rank == best) {
-        nxt[k++] = Sym{cur[i].result, INT32_MAX, 0, true};
+        nxt[k++] = Sym{made, INT32_MAX, true};
         i += 2;
       } else {
         nxt[k] = cur[i++];
@@ -621,8 +633,8 @@ void Gpt2Bpe::Impl::bpe_heap(const int32_t* init, size_t n, std::vector<int32_t>
   auto push = [&](int32_t pos) {
     int32_t nx = nodes[pos].next;
     if (nx < 0) return;
-    if (const PairEntry* e = find_pair(nodes[pos].value, nodes[nx].value))
-      heap.push({e->rank, pos, nodes[pos].value, nodes[nx].value});
+    if (const int32_t rank = pair_rank(nodes[pos].value, nodes[nx].value); rank != INT32_MAX)
+      heap.push({rank, pos, nodes[pos].value, nodes[nx].value});
   };
   for (size_t i = 0; i + 1 < n; ++i) push(static_cast<int32_t>(i));
   std::vector<bool> dead(n, false);
@@ -632,7 +644,7 @@ void Gpt2Bpe::Impl::bpe_heap(const int32_t* init, size_t n, std::vector<int32_t>
     if (dead[c.pos] || nodes[c.pos].value != c.left) continue;
     int32_t nx = nodes[c.pos].next;
     if (nx < 0 || nodes[nx].value != c.right) continue;
-    nodes[c.pos].value = find_pair(c.left, c.right)->result;
+    nodes[c.pos].value = result_of[static_cast<size_t>(c.rank)];
     dead[nx] = true;
     nodes[c.pos].next = nodes[nx].next;
     if (nodes[nx].next >= 0) nodes[nodes[nx].next].prev = c.pos;
