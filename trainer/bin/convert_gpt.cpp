@@ -139,7 +139,8 @@ int main(int argc, char** argv) {
   app.add_option("--export-megatron", o.export_megatron, "Write the model as Megatron-LM's checkpoint (--ckpt-format torch, TP 1, PP 1) in this new directory");
   app.add_option("--export-deepspeed", o.export_deepspeed, "Write the model as DeepSpeed's checkpoint (what zero_to_fp32.py reads) in this new "
                  "directory");
-  app.add_option("--zero-stage", o.ds_stage, "With --export-deepspeed: the ZeRO stage whose partitions it writes")->check(CLI::Range(1, 3))->capture_default_str();
+  app.add_option("--zero-stage", o.ds_stage, "With --export-deepspeed: the ZeRO stage whose partitions it writes (0: none, "
+                 "the weights in the model file)")->check(CLI::Range(0, 3))->capture_default_str();
   app.add_option("--data-parallel-size", o.ds_dp, "With --export-deepspeed: the data-parallel ranks it is partitioned for")
       ->check(CLI::Range(int64_t{1}, int64_t{4096}))->capture_default_str();
   app.add_option("--dump-logits", o.dump, "Write the logits of --tokens to FILE");

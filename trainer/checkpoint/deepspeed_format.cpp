@@ -335,12 +335,53 @@ class DeepSpeedReader {
     if (!pipe.empty()) return read_pipeline_rank(tp, states, files, pipe);
     if (files.empty()) {  // no ZeRO partitions: the weights are the module's
       if (stage3_) throw Error(ErrorKind::Format, "%s: a ZeRO-3 checkpoint without its optim_states files (they hold the weights)", tag_->c_str());
-      moments_ = false;
-      for (const auto& [k, v] : states.at("module").entries)
-        join_.add(tp, 0, k->as_str(), v->is(PyValue::Kind::Tensor) ? v->as_tensor() : torch::Tensor(), mfile.string());
-      return;
+      return from_module(tp, states, mfile);
     }
     from_partitions(tp, states, mfile, files, [](const std::string& name) { return name; });
+  }
+
+  // Without ZeRO the weights are the module's, and Adam's state (where there is one) is torch's
+  // optimizer state in the model file: one entry per parameter, numbered through the optimizer's
+  // groups. Those are read as Megatron forms them (decay on matrices, then biases and LayerNorms,
+  // each in the module's order; or one group of every parameter), and kept only when every
+  // entry's shape is its parameter's.
+  void from_module(int64_t tp, const PyValue& states, const fs::path& mfile) {
+    const PyValue& module = states.at("module");
+    const PyValue* opt = states.find("optimizer");
+    const std::vector<std::string> order = adam_order(module, opt);
+    std::map<std::string, std::pair<torch::Tensor, torch::Tensor>> moments;
+    const PyValue* state = opt && !order.empty() ? opt->find("state") : nullptr;
+    for (size_t i = 0; state && i < order.size(); ++i) {
+      const PyValue* s = int_key(*state, static_cast<int64_t>(i));
+      const PyValue* m = s ? s->find("exp_avg") : nullptr;
+      const PyValue* v = s ? s->find("exp_avg_sq") : nullptr;
+      const auto shape = module.at(order[i]).as_tensor().sizes();
+      if (!m || !v || !m->is(PyValue::Kind::Tensor) || !v->is(PyValue::Kind::Tensor) || m->tensor.sizes() != shape || v->tensor.sizes() != shape)
+        break;
+      moments[order[i]] = {m->tensor.to(torch::kFloat), v->tensor.to(torch::kFloat)};
+      if (const PyValue* st = s->find("step"); st && i == 0)
+        m_.adam_step = st->is(PyValue::Kind::Tensor) ? static_cast<int64_t>(st->tensor.item<double>()) : st->as_int();
+    }
+    if (order.empty() || moments.size() != order.size()) moments_ = false, moments.clear();
+    for (const auto& [k, v] : module.entries) {
+      const auto it = moments.find(k->as_str());
+      join_.add(tp, 0, k->as_str(), v->is(PyValue::Kind::Tensor) ? v->as_tensor() : torch::Tensor(), mfile.string(),
+                it != moments.end() ? it->second.first : torch::Tensor(), it != moments.end() ? it->second.second : torch::Tensor());
+    }
+  }
+
+  // The parameter names in the order torch's optimizer state numbers them: one group (the
+  // module's order), or Megatron's two (matrices, then the rest); empty: another layout.
+  static std::vector<std::string> adam_order(const PyValue& module, const PyValue* opt) {
+    const PyValue* groups = opt ? opt->find("param_groups") : nullptr;
+    if (!groups || !groups->is(PyValue::Kind::List) || groups->items.empty() || groups->items.size() > 2) return {};
+    std::vector<std::string> decay, rest;
+    for (const auto& [k, v] : module.entries)
+      if (v->is(PyValue::Kind::Tensor)) (groups->items.size() == 1 || v->tensor.dim() >= 2 ? decay : rest).push_back(k->as_str());
+    const PyValue* first = groups->items[0]->find("params");
+    if (!first || first->items.size() != decay.size()) return {};
+    decay.insert(decay.end(), rest.begin(), rest.end());
+    return decay;
   }
 
   // The pipeline engine's model-states and optim files are per model-parallel rank, which
@@ -629,8 +670,8 @@ PyValue optim_states(const std::vector<Group>& groups, const RankPieces& r, cons
 // partitions), the groups' parameter shapes in order, counters, the scheduler, the config, and
 // Megatron-DeepSpeed's client state (args, iteration).
 PyValue model_states(const std::shared_ptr<PyValue>& module, const std::vector<Group>& groups, const MegatronPart& part,
-                     const DeepSpeedRun& run, const std::shared_ptr<PyValue>& ds_config) {
-  const bool stage3 = run.stage == 3;
+                     const DeepSpeedRun& run, const std::shared_ptr<PyValue>& ds_config, const std::shared_ptr<PyValue>& optimizer) {
+  const bool stage3 = run.stage == 3, zero = run.stage > 0;
   PyValue top;
   top.kind = PyValue::Kind::Dict;
   auto put = [&](const char* k, std::shared_ptr<PyValue> v) { top.entries.emplace_back(py_str(k), std::move(v)); };
@@ -641,16 +682,16 @@ PyValue model_states(const std::shared_ptr<PyValue>& module, const std::vector<G
   }
   put("module", mod);
   put("buffer_names", py_list());
-  put("optimizer", py_none());
+  put("optimizer", optimizer ? optimizer : py_none());
   auto shapes = py_list();
   for (const Group& g : groups) {
     auto d = py_dict();
     for (size_t i = 0; i < g.names.size(); ++i) d->entries.emplace_back(py_str(g.names[i]), py_size(module->at(g.names[i]).tensor.sizes().vec()));
     shapes->items.push_back(d);
   }
-  put("param_shapes", shapes);
+  put("param_shapes", zero ? shapes : py_none());  // ZeRO's flat groups' layout; without ZeRO, none
   put("frozen_param_shapes", stage3 ? py_dict() : py_none());
-  put("shared_params", py_dict());
+  put("shared_params", zero ? py_dict() : py_none());
   put("frozen_param_fragments", stage3 ? py_dict() : py_none());
   put("lr_scheduler", run.lr_scheduler ? run.lr_scheduler : py_none());
   for (const char* none : {"data_sampler", "random_ltd"}) put(none, py_none());
@@ -701,16 +742,26 @@ std::string deepspeed_tag(int64_t iteration) { return "global_step" + std::to_st
 void write_deepspeed_part(const std::string& tag_dir, const MegatronPart& part, const std::map<std::string, torch::Tensor>& params,
                           const std::map<std::string, torch::Tensor>& exp_avg, const std::map<std::string, torch::Tensor>& exp_avg_sq,
                           const DeepSpeedRun& run) {
-  partitioning_of(run.stage, "--ckpt-format deepspeed with ZeRO stage " + std::to_string(run.stage));
+  if (run.stage != 0) partitioning_of(run.stage, "--ckpt-format deepspeed with ZeRO stage " + std::to_string(run.stage));
   const std::shared_ptr<PyValue> module = megatron_part_state(params, part);
   const std::vector<Group> groups = groups_of(*module, *megatron_part_state(exp_avg, part), *megatron_part_state(exp_avg_sq, part),
                                               run.weight_decay);
   const std::shared_ptr<PyValue> config = ds_config_of(run);
   const fs::path tag(tag_dir);
-  if (run.stage < 3) save_torch_file((tag / model_file(part.tp_rank, false)).string(), model_states(module, groups, part, run, config));
+  if (run.stage == 0) {  // no partitions: torch's AdamW state, one entry per parameter, in the model file
+    RankPieces whole;
+    for (size_t g = 0; g < groups.size(); ++g)
+      for (size_t i = 0; i < groups[g].names.size(); ++i) {
+        const auto shape = module->at(groups[g].names[i]).tensor.sizes();
+        whole.m.push_back(groups[g].m[i].view(shape)), whole.v.push_back(groups[g].v[i].view(shape)), whole.sub_group_of.push_back(g);
+      }
+    save_torch_file((tag / model_file(part.tp_rank, false)).string(), model_states(module, groups, part, run, config, adamw_state(groups, whole, run)));
+    return;
+  }
+  if (run.stage < 3) save_torch_file((tag / model_file(part.tp_rank, false)).string(), model_states(module, groups, part, run, config, nullptr));
   for (int64_t d = 0; d < run.dp_size; ++d) {
     if (run.stage == 3)
-      save_torch_file((tag / model_file(part.tp_rank, true, d)).string(), model_states(module, groups, part, run, config));
+      save_torch_file((tag / model_file(part.tp_rank, true, d)).string(), model_states(module, groups, part, run, config, nullptr));
     const RankPieces r = run.stage == 3 ? per_parameter_pieces(groups, d, run.dp_size) : flat_pieces(groups, d, run.dp_size);
     save_torch_file((tag / optim_file(part.tp_rank, d)).string(), optim_states(groups, r, run, config));
   }

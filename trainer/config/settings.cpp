@@ -183,8 +183,6 @@ void Rules::distribution() {
     require(a_.pipeline_model_parallel_size == 1, "--ckpt-format deepspeed",
             "is not written with pipeline parallelism (DeepSpeed's pipeline engine keeps per-layer files): save with --ckpt-format zerolm "
             "or torch, which convert_gpt exports");
-    require(a_.zero_stage >= 1, "--ckpt-format deepspeed",
-            "writes DeepSpeed's ZeRO checkpoints, stages 1-3: give --zero-stage 1, 2 or 3 (or --use-distributed-optimizer)");
   }
   require(a_.num_layers_per_virtual_pipeline_stage >= (o_.given("--num-layers-per-virtual-pipeline-stage") ? 1 : 0),
           "--num-layers-per-virtual-pipeline-stage", "must be at least 1 (leave it out for the non-interleaved schedule)");
