@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Memory does not grow with the input, and output does not depend on the thread
+# count: preprocess_data (1 and 2 workers), cleanup (1 and 2 workers) and
+# near_dedup's signatures (MinHash, --memory-mb 1) on the 1000 OpenWebText fixture
+# documents repeated 3 times (14 MB) and 30 times (142 MB). For each, the peak RSS
+# (/usr/bin/time) of the 10x larger input may exceed the smaller one's by at most
+# 8 MiB (measured: 0-6 MiB, the 2-worker pipelines' batches in flight), and the
+# 1- and 2-worker outputs are byte-identical.
+#   constant_rss_test.sh SOURCE_DIR BIN_DIR
+set -euo pipefail
+SRC=$1 BIN=$2
+DATA=$SRC/tests/data
+W=$(mktemp -d)
+trap 'rm -rf "$W"' EXIT
+fail() { echo "FAIL: $*" >&2; exit 1; }
+SLACK_KB=$((8 * 1024))
+for n in 3 30; do  # each document gets a url: near_dedup's document id
+  for ((i = 0; i < n; i++)); do cat "$DATA/megatron/openwebtext-1000.decoded.jsonl"; done |
+    awk '{printf "{\"url\": \"u%d\", %s\n", NR, substr($0, 2)}' > "$W/x$n.jsonl"
+done
+peak() {  # NAME N COMMAND...: runs it on x$N, prints its peak RSS in KiB
+  local name=$1 n=$2
+  shift 2
+  /usr/bin/time -f %M -o "$W/$name.$n.rss" "$@" > "$W/$name.$n.log" 2>&1 || { cat "$W/$name.$n.log"; fail "$name on x$n"; }
+  cat "$W/$name.$n.rss"
+}
+TOK=(--tokenizer-type GPT2BPETokenizer --vocab-file "$DATA/gpt2/gpt2-vocab.json" --merge-file "$DATA/gpt2/gpt2-merges.txt")
+check() {  # NAME BUILDER: BUILDER N prints the command for input xN
+  local name=$1 small large
+  small=$(peak "$name" 3 $($2 3))
+  large=$(peak "$name" 30 $($2 30))
+  ((large <= small + SLACK_KB)) || fail "$name: peak RSS $small KiB on 14 MB, $large KiB on 142 MB"
+  echo "ok: $name: peak RSS $((small / 1024)) MiB on 14 MB, $((large / 1024)) MiB on 142 MB"
+}
+pp() { echo "$BIN/preprocess_data --input $W/x$1.jsonl ${TOK[*]} --append-eod --workers $WORKERS --output-prefix $W/pp$WORKERS.$1 -q"; }
+cl() { echo "$BIN/cleanup $W/x$1.jsonl $W/clean$WORKERS.$1.jsonl --workers $WORKERS -q"; }
+sig() { echo "$BIN/near_dedup signatures --shards $W/x$1.jsonl --work $W/sig.$1 --memory-mb 1 -q"; }
+for WORKERS in 1 2; do
+  check "preprocess_data --workers $WORKERS" pp
+  check "cleanup --workers $WORKERS" cl
+done
+check "near_dedup signatures --memory-mb 1" sig
+for n in 3 30; do
+  cmp -s "$W/pp1.$n"_text_document.bin "$W/pp2.$n"_text_document.bin && cmp -s "$W/pp1.$n"_text_document.idx "$W/pp2.$n"_text_document.idx ||
+    fail "preprocess_data: 1 and 2 workers differ on x$n"
+  cmp -s "$W/clean1.$n.jsonl" "$W/clean2.$n.jsonl" || fail "cleanup: 1 and 2 workers differ on x$n"
+done
+echo "ok: preprocess_data and cleanup give the same bytes with 1 and 2 workers"
