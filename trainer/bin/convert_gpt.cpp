@@ -137,8 +137,8 @@ int main(int argc, char** argv) {
   app.add_option("--merge-file", o.merge_file, "GPT-2 merges.txt (default: GPT-2's own)");
   app.add_option("--make-vocab-size-divisible-by", o.divisible_by, "Padding for --import-hf")->capture_default_str();
   app.add_option("--export-megatron", o.export_megatron, "Write the model as Megatron-LM's checkpoint (--ckpt-format torch, TP 1, PP 1) in this new directory");
-  app.add_option("--export-deepspeed", o.export_deepspeed, "Write the model as DeepSpeed's checkpoint (what zero_to_fp32.py reads) in this new "
-                 "directory");
+  app.add_option("--export-deepspeed", o.export_deepspeed, "Write the model as DeepSpeed's checkpoint in this new directory (ZeRO 1-3: what "
+                 "zero_to_fp32.py reads)");
   app.add_option("--zero-stage", o.ds_stage, "With --export-deepspeed: the ZeRO stage whose partitions it writes (0: none, "
                  "the weights in the model file)")->check(CLI::Range(0, 3))->capture_default_str();
   app.add_option("--data-parallel-size", o.ds_dp, "With --export-deepspeed: the data-parallel ranks it is partitioned for")

@@ -110,6 +110,29 @@ struct Partition {
   bool moments = true;
 };
 
+// Entry `index` of a torch optimizer's state: Adam's moments (fp32, flat) when both hold at
+// least `numel` numbers (the first `numel` are taken: ZeRO 1-2 keep the last rank's padding in
+// the moments, not in the weights), and its step; nullopt when it has no such state.
+struct AdamEntry {
+  torch::Tensor exp_avg, exp_avg_sq;
+  int64_t step = 0;
+  bool shaped_as(c10::IntArrayRef shape) const { return saved_shape == shape.vec(); }
+  std::vector<int64_t> saved_shape;  // exp_avg's shape in the file
+};
+std::optional<AdamEntry> adam_entry(const PyValue* state, int64_t index, int64_t numel) {
+  const PyValue* s = state ? int_key(*state, index) : nullptr;
+  const PyValue* m = s ? s->find("exp_avg") : nullptr;
+  const PyValue* v = s ? s->find("exp_avg_sq") : nullptr;
+  if (!m || !v || !m->is(PyValue::Kind::Tensor) || !v->is(PyValue::Kind::Tensor) || m->tensor.numel() < numel || v->tensor.numel() < numel)
+    return std::nullopt;
+  if (m->tensor.sizes() != v->tensor.sizes()) return std::nullopt;
+  AdamEntry e{m->tensor.to(torch::kFloat).flatten().narrow(0, 0, numel), v->tensor.to(torch::kFloat).flatten().narrow(0, 0, numel), 0,
+              m->tensor.sizes().vec()};
+  if (const PyValue* st = s->find("step"))
+    e.step = st->is(PyValue::Kind::Tensor) ? static_cast<int64_t>(st->tensor.item<double>()) : st->as_int();
+  return e;
+}
+
 Partition read_partition(const PyValue& file_value, Partitioning layout, size_t groups, const std::string& file) {
   const bool flat = layout == Partitioning::kFlatGroups;
   const PyValue& osd = file_value.at("optimizer_state_dict");
@@ -122,19 +145,14 @@ Partition read_partition(const PyValue& file_value, Partitioning layout, size_t 
   const PyValue* inner = osd.find(flat ? "base_optimizer_state" : "optimizer_state_dict");
   const PyValue* state = inner ? inner->find("state") : nullptr;
   for (size_t g = 0; g < p.kind[0].size() && p.moments; ++g) {
-    const PyValue* s = state ? int_key(*state, static_cast<int64_t>(g)) : nullptr;
-    const PyValue* m = s ? s->find("exp_avg") : nullptr;
-    const PyValue* v = s ? s->find("exp_avg_sq") : nullptr;
-    // ZeRO 1-2 keep the moments with the last rank's padding, the weights without it.
-    const int64_t n = p.kind[0][g].numel();
-    if (!m || !v || !m->is(PyValue::Kind::Tensor) || !v->is(PyValue::Kind::Tensor) || m->tensor.numel() < n || v->tensor.numel() < n) {
+    const auto e = adam_entry(state, static_cast<int64_t>(g), p.kind[0][g].numel());
+    if (!e) {
       p.moments = false;  // no Adam state (another optimizer, or not stepped yet)
       break;
     }
-    p.kind[1].push_back(m->tensor.to(torch::kFloat).flatten().narrow(0, 0, n));
-    p.kind[2].push_back(v->tensor.to(torch::kFloat).flatten().narrow(0, 0, n));
-    if (const PyValue* st = s->find("step"))
-      p.step = st->is(PyValue::Kind::Tensor) ? static_cast<int64_t>(st->tensor.item<double>()) : st->as_int();
+    p.kind[1].push_back(e->exp_avg);
+    p.kind[2].push_back(e->exp_avg_sq);
+    p.step = e->step;
   }
   return p;
 }
@@ -352,15 +370,11 @@ class DeepSpeedReader {
     std::map<std::string, std::pair<torch::Tensor, torch::Tensor>> moments;
     const PyValue* state = opt && !order.empty() ? opt->find("state") : nullptr;
     for (size_t i = 0; state && i < order.size(); ++i) {
-      const PyValue* s = int_key(*state, static_cast<int64_t>(i));
-      const PyValue* m = s ? s->find("exp_avg") : nullptr;
-      const PyValue* v = s ? s->find("exp_avg_sq") : nullptr;
-      const auto shape = module.at(order[i]).as_tensor().sizes();
-      if (!m || !v || !m->is(PyValue::Kind::Tensor) || !v->is(PyValue::Kind::Tensor) || m->tensor.sizes() != shape || v->tensor.sizes() != shape)
-        break;
-      moments[order[i]] = {m->tensor.to(torch::kFloat), v->tensor.to(torch::kFloat)};
-      if (const PyValue* st = s->find("step"); st && i == 0)
-        m_.adam_step = st->is(PyValue::Kind::Tensor) ? static_cast<int64_t>(st->tensor.item<double>()) : st->as_int();
+      const torch::Tensor& w = module.at(order[i]).as_tensor();
+      const auto e = adam_entry(state, static_cast<int64_t>(i), w.numel());
+      if (!e || !e->shaped_as(w.sizes())) break;
+      moments[order[i]] = {e->exp_avg.view(w.sizes()), e->exp_avg_sq.view(w.sizes())};
+      m_.adam_step = e->step;
     }
     if (order.empty() || moments.size() != order.size()) moments_ = false, moments.clear();
     for (const auto& [k, v] : module.entries) {
@@ -500,14 +514,16 @@ struct RankPieces {
   std::vector<size_t> sub_group_of;                        // ZeRO 3: each flat's group
 };
 
-// ZeRO 1 and 2: each group's flat vector padded to a multiple of 2 x ranks and cut evenly; the
-// padding is the last rank's. Weights are saved without it, the moments with it (as DeepSpeed does).
+// ZeRO 1 and 2: each group's flat vector padded to a multiple of 2 x ranks and cut evenly; each
+// rank holds the padding inside its piece (the last rank's, or several ranks' when there are
+// more ranks than numbers to spare). Weights are saved without it, the moments with it (as
+// DeepSpeed does).
 RankPieces flat_pieces(const std::vector<Group>& groups, int64_t d, int64_t dp) {
   RankPieces r;
   for (const Group& g : groups) {
     const int64_t numel = torch::cat(g.w).numel();
     const int64_t padded = align_up(numel, 2 * dp), piece = padded / dp, start = d * piece;
-    const int64_t padding = d == dp - 1 ? padded - numel : 0;
+    const int64_t padding = std::clamp<int64_t>(start + piece - numel, 0, piece);
     auto cut = [&](const std::vector<torch::Tensor>& parts, int64_t keep) {
       return torch::cat({torch::cat(parts), torch::zeros({padded - numel})}).narrow(0, start, keep).clone();
     };
@@ -600,7 +616,7 @@ std::shared_ptr<PyValue> loss_scaler(const DeepSpeedRun& run) {
     return py_object("deepspeed.runtime.fp16.loss_scaler.LossScaler", f);
   }
   put("cur_iter", py_int(run.iteration));
-  put("last_overflow_iter", py_int(-1));
+  put("last_overflow_iter", py_int(run.iteration - 1));  // the scale's window starts at the next step
   put("scale_factor", py_float(2.0));
   put("scale_window", py_int(run.loss_scale_window));
   put("min_scale", py_float(run.min_loss_scale));

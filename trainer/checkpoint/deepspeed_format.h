@@ -29,7 +29,7 @@
 // so. Names are Megatron's (megatron_format.h).
 //
 // Written (pretrain_gpt --ckpt-format deepspeed, convert_gpt --export-deepspeed):
-// the same files for ZeRO 1-3 and any tensor-parallel size, as DeepSpeed 0.19's
+// the same files for ZeRO 0-3 and any tensor-parallel size, as DeepSpeed 0.19's fp32
 // engine writes them for megatron-core's GPTModel and torch's AdamW in
 // Megatron's two groups, with the state its load_checkpoint restores.
 #pragma once
@@ -49,7 +49,7 @@ bool is_deepspeed_checkpoint(const std::string& dir);
 
 ImportedModel read_deepspeed_model(const std::string& dir);
 
-// What a run's DeepSpeed files record beyond the model: the ZeRO stage (1-3) and
+// What a run's DeepSpeed files record beyond the model: the ZeRO stage (0-3) and
 // data-parallel ranks the partitions are cut for, the counters, the optimizer's
 // hyperparameters (torch AdamW's param_groups, Megatron's two: decay on
 // matrices, none on biases and LayerNorms), the loss scaler, and Megatron's
