@@ -512,13 +512,14 @@ uint64_t pair_hash(const PairRecord& p) {
 }
 uint32_t verify_part(const PairRecord& p, uint32_t parts) { return static_cast<uint32_t>(pair_hash(p) % parts); }
 
-// Every candidates file's pairs of verify part v, in file order.
-void for_each_candidate(const Run& run, uint32_t v, const std::function<void(const PairRecord&)>& fn) {
+// Every candidates file's pairs of verify part v, in file order; `check`: the files' checksums
+// verified too (part 0's task does, on its first read: each file once).
+void for_each_candidate(const Run& run, uint32_t v, bool check, const std::function<void(const PairRecord&)>& fn) {
   const Settings& st = run.opt.settings;
   for (uint32_t b = 0; b < st.num_bands; ++b)
     for (uint32_t r = 0; r < st.ranges; ++r) {
       StageFileReader in(run.candidates_path(b, r), StageFileKind::Candidates, sizeof(PairRecord), run.settings, b * uint64_t{st.ranges} + r,
-                         v == 0);  // part 0's task verifies the checksums: each file once
+                         check);
       for (uint64_t i = 0; i < in.count(); ++i) {
         const PairRecord p = in.get<PairRecord>(i);
         if (verify_part(p, st.verify_tasks) == v) fn(p);
@@ -553,23 +554,16 @@ uint64_t verify_pairs(const Run& run, std::vector<PairRecord>& pairs, TextSource
 
 // Part v of every candidates file's pairs: each distinct pair once (sorted by
 // main, then other), its Jaccard computed unless a candidates task verified it
-// (--heuristic-iter other than 1); the similar pairs out. The part is taken in
-// sweeps over the candidates files, each holding the pairs of one slice of the
-// pair hashes, so that no sweep holds more than --memory-mb of them.
+// (--heuristic-iter other than 1); the similar pairs out. A part of more pairs
+// than --memory-mb holds is taken in sweeps over the candidates files, each
+// holding the pairs of one slice of the pair hashes (about --memory-mb, as the
+// hashes spread them).
 VerifyCounts verify_task(const Run& run, uint32_t v, TextSource& texts) {
   const Settings& st = run.opt.settings;
   VerifyCounts counts;
-  for_each_candidate(run, v, [&](const PairRecord&) { ++counts.candidates; });
-  const uint64_t budget = std::max<uint64_t>(static_cast<uint64_t>(run.opt.memory_mb * 1048576.0), 4096) / sizeof(PairRecord);
-  counts.sweeps = std::max<uint64_t>(1, (counts.candidates + budget - 1) / budget);
   fs::create_directories(run.opt.work + "/pairs");
   StageFileWriter out(run.pairs_path(v), StageFileKind::Pairs, sizeof(PairRecord), run.settings, v);
-  std::vector<PairRecord> pairs;
-  for (uint64_t sweep = 0; sweep < counts.sweeps; ++sweep) {
-    pairs.clear();
-    for_each_candidate(run, v, [&](const PairRecord& p) {
-      if ((pair_hash(p) / st.verify_tasks) % counts.sweeps == sweep) pairs.push_back(p);
-    });
+  auto sweep = [&](std::vector<PairRecord>& pairs) {
     std::sort(pairs.begin(), pairs.end(), [](const PairRecord& a, const PairRecord& b) { return a.main != b.main ? a.main < b.main : a.other < b.other; });
     pairs.erase(std::unique(pairs.begin(), pairs.end(), [](const PairRecord& a, const PairRecord& b) { return a.main == b.main && a.other == b.other; }),
                 pairs.end());
@@ -580,6 +574,28 @@ VerifyCounts verify_task(const Run& run, uint32_t v, TextSource& texts) {
         out.add(&p);
         ++counts.similar;
       }
+    ++counts.sweeps;
+  };
+  const uint64_t budget = std::max<uint64_t>(static_cast<uint64_t>(run.opt.memory_mb * 1048576.0), 4096) / sizeof(PairRecord);
+  std::vector<PairRecord> pairs;
+  bool fits = true;
+  for_each_candidate(run, v, v == 0, [&](const PairRecord& p) {
+    ++counts.candidates;
+    if (fits && pairs.size() < budget) pairs.push_back(p);
+    else fits = false;
+  });
+  if (fits) {
+    sweep(pairs);
+  } else {
+    std::vector<PairRecord>().swap(pairs);
+    const uint64_t sweeps = (counts.candidates + budget - 1) / budget;
+    for (uint64_t k = 0; k < sweeps; ++k) {
+      pairs.clear();
+      for_each_candidate(run, v, false, [&](const PairRecord& p) {
+        if ((pair_hash(p) / st.verify_tasks) % sweeps == k) pairs.push_back(p);
+      });
+      sweep(pairs);
+    }
   }
   out.commit();
   return counts;

@@ -629,7 +629,7 @@ void Trainer::tensorboard_training(double loss_avg, double grad_norm) {
   tb_->training(t);
 }
 
-// rank 0: the interval's line of metrics.jsonl.
+// Collective: the checkpoint in --ckpt-format (DeepSpeed's needs the run's optimizer settings).
 void Trainer::save() {
   const CheckpointFormat format = checkpoint_format(a_.ckpt_format);
   DeepSpeedRun ds;
@@ -642,6 +642,7 @@ void Trainer::save() {
   save_checkpoint(a_.save, model_, *engine_, *grid_, rng_, st_, saves_++, format, &ds);
 }
 
+// rank 0: the interval's line of metrics.jsonl.
 void Trainer::write_metrics(double avg, double lr_now, double secs, double tflops, const std::vector<PhaseMax>& phases) {
   const int64_t gbs = a_.global_batch_size;
   JsonObject m;

@@ -18,23 +18,24 @@ for n in 3 30; do  # each document gets a url: near_dedup's document id
   for ((i = 0; i < n; i++)); do cat "$DATA/megatron/openwebtext-1000.decoded.jsonl"; done |
     awk '{printf "{\"url\": \"u%d\", %s\n", NR, substr($0, 2)}' > "$W/x$n.jsonl"
 done
-peak() {  # NAME N COMMAND...: runs it on x$N, prints its peak RSS in KiB
+peak() {  # NAME N: runs CMD (with xN as its input) and prints its peak RSS in KiB
   local name=$1 n=$2
-  shift 2
-  /usr/bin/time -f %M -o "$W/$name.$n.rss" "$@" > "$W/$name.$n.log" 2>&1 || { cat "$W/$name.$n.log"; fail "$name on x$n"; }
+  /usr/bin/time -f %M -o "$W/$name.$n.rss" "${CMD[@]}" > "$W/$name.$n.log" 2>&1 || { cat "$W/$name.$n.log"; fail "$name on x$n"; }
   cat "$W/$name.$n.rss"
 }
 TOK=(--tokenizer-type GPT2BPETokenizer --vocab-file "$DATA/gpt2/gpt2-vocab.json" --merge-file "$DATA/gpt2/gpt2-merges.txt")
-check() {  # NAME BUILDER: BUILDER N prints the command for input xN
+check() {  # NAME BUILDER: BUILDER N sets CMD to the command on input xN
   local name=$1 small large
-  small=$(peak "$name" 3 $($2 3))
-  large=$(peak "$name" 30 $($2 30))
+  $2 3
+  small=$(peak "$name" 3)
+  $2 30
+  large=$(peak "$name" 30)
   ((large <= small + SLACK_KB)) || fail "$name: peak RSS $small KiB on 14 MB, $large KiB on 142 MB"
   echo "ok: $name: peak RSS $((small / 1024)) MiB on 14 MB, $((large / 1024)) MiB on 142 MB"
 }
-pp() { echo "$BIN/preprocess_data --input $W/x$1.jsonl ${TOK[*]} --append-eod --workers $WORKERS --output-prefix $W/pp$WORKERS.$1 -q"; }
-cl() { echo "$BIN/cleanup $W/x$1.jsonl $W/clean$WORKERS.$1.jsonl --workers $WORKERS -q"; }
-sig() { echo "$BIN/near_dedup signatures --shards $W/x$1.jsonl --work $W/sig.$1 --memory-mb 1 -q"; }
+pp() { CMD=("$BIN/preprocess_data" --input "$W/x$1.jsonl" "${TOK[@]}" --append-eod --workers "$WORKERS" --output-prefix "$W/pp$WORKERS.$1" -q); }
+cl() { CMD=("$BIN/cleanup" "$W/x$1.jsonl" "$W/clean$WORKERS.$1.jsonl" --workers "$WORKERS" -q); }
+sig() { CMD=("$BIN/near_dedup" signatures --shards "$W/x$1.jsonl" --work "$W/sig.$1" --memory-mb 1 -q); }
 for WORKERS in 1 2; do
   check "preprocess_data --workers $WORKERS" pp
   check "cleanup --workers $WORKERS" cl
