@@ -301,6 +301,18 @@ namespace {
 // rank by rank: from the ZeRO partitions where there are any, else from the
 // pipeline's layer files or the module.
 class DeepSpeedReader {
+  // Runs fn; an error about a file's content that names no file of the checkpoint (a missing
+  // key, a value of another type) is said again with `file`'s path.
+  template <class F>
+  auto naming(const fs::path& file, F&& fn) -> decltype(fn()) {
+    try {
+      return fn();
+    } catch (const Error& e) {
+      if (std::string_view(e.what()).find(tag_->string()) != std::string_view::npos) throw;
+      throw Error(e.kind(), "%s: %s", file.c_str(), e.what());
+    }
+  }
+
  public:
   explicit DeepSpeedReader(const std::string& dir) : tag_(open_tag(dir)), join_(m_) {}
 
@@ -309,7 +321,7 @@ class DeepSpeedReader {
     for (int64_t tp = 0; tp < m_.tp; ++tp) {
       const fs::path mfile = *tag_ / model_file(tp, stage3_);
       if (!fs::exists(mfile)) throw Error(ErrorKind::Format, "%s: missing (the checkpoint was saved with TP %ld)", mfile.c_str(), (long)m_.tp);
-      read_rank(tp, tp == 0 ? std::move(head) : load_torch_file(mfile.string()), mfile);
+      naming(mfile, [&] { read_rank(tp, tp == 0 ? std::move(head) : load_torch_file(mfile.string()), mfile); });
     }
     join_.finish(tag_->string());
     if (!moments_) m_.exp_avg.clear(), m_.exp_avg_sq.clear();
@@ -333,7 +345,7 @@ class DeepSpeedReader {
     m_.format = "DeepSpeed";
     PyValue head = load_torch_file(first.string());
     const PyValue* it = head.find("iteration");
-    m_.iteration = it ? it->as_int() : head.at("global_steps").as_int();
+    m_.iteration = naming(first, [&] { return it ? it->as_int() : head.at("global_steps").as_int(); });
     const PyValue* args = head.find("args");
     if (!args || args->is(PyValue::Kind::None))
       throw Error(ErrorKind::Usage, "%s: no Megatron args beside the model (Megatron-DeepSpeed saves them): the model's attention heads are "
@@ -423,7 +435,7 @@ class DeepSpeedReader {
   // Every data-parallel rank's partition of one model-states file.
   std::vector<Partition> read_partitions(const std::vector<fs::path>& files, size_t groups, Partitioning* layout, PyValue* rank0) {
     std::vector<Partition> ranks;
-    for (size_t d = 0; d < files.size(); ++d) {
+    for (size_t d = 0; d < files.size(); ++d) naming(files[d], [&] {
       PyValue f = load_torch_file(files[d].string());
       const PyValue& osd = f.at("optimizer_state_dict");
       if (d == 0) {
@@ -441,7 +453,7 @@ class DeepSpeedReader {
       ranks.push_back(read_partition(f, *layout, groups, files[d].string()));
       moments_ = moments_ && ranks.back().moments;
       if (d == 0) *rank0 = std::move(f);
-    }
+    });
     return ranks;
   }
 

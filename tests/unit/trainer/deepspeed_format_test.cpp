@@ -1,0 +1,76 @@
+// DeepSpeed checkpoint reading (trainer/checkpoint/deepspeed_format.h) on
+// damaged files built here: a model file without its module, an optimizer file
+// without its state. The errors name the file, not only the missing key. (The
+// reference tests read and write real ones with DeepSpeed itself.)
+#include <torch/torch.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "common/core/error.h"
+#include "trainer/checkpoint/deepspeed_format.h"
+#include "trainer/checkpoint/megatron_format.h"
+#include "trainer/checkpoint/torch_pickle.h"
+
+namespace zlm::trainer {
+namespace {
+
+namespace fs = std::filesystem;
+
+// A checkpoint directory with `latest` naming global_step1; returns the tag directory.
+fs::path tag_dir(const fs::path& root) {
+  fs::create_directories(root / "global_step1");
+  std::ofstream(root / "latest") << "global_step1";
+  return root / "global_step1";
+}
+
+PyValue model_states(bool with_module, bool with_shapes) {
+  Gpt2Config c;
+  c.vocab_size = 128, c.max_positions = 8, c.num_layers = 1, c.hidden = 8, c.heads = 2;
+  PyValue top;
+  top.kind = PyValue::Kind::Dict;
+  top.entries.emplace_back(py_str("iteration"), py_int(1));
+  top.entries.emplace_back(py_str("args"), megatron_args(MegatronPart{.config = c}));
+  if (with_module) top.entries.emplace_back(py_str("module"), py_dict());
+  if (with_shapes) {
+    auto shapes = py_list();
+    shapes->items.push_back(py_dict());
+    top.entries.emplace_back(py_str("param_shapes"), shapes);
+  }
+  return top;
+}
+
+std::string error_of(const fs::path& dir) {
+  try {
+    read_deepspeed_model(dir.string());
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(DeepSpeedFormat, AMissingEntryNamesItsFile) {
+  const fs::path root = fs::temp_directory_path() / ("zlm_ds_" + std::to_string(getpid()));
+  const fs::path tag = tag_dir(root);
+  const fs::path model = tag / "mp_rank_00_model_states.pt";
+  save_torch_file(model.string(), model_states(false, false));
+  std::string said = error_of(root);
+  EXPECT_NE(said.find(model.string()), std::string::npos) << said;
+  EXPECT_NE(said.find("'module'"), std::string::npos) << said;
+
+  save_torch_file(model.string(), model_states(true, true));  // ZeRO 1-2: the partitions hold the weights
+  const fs::path optim = tag / "zero_pp_rank_0_mp_rank_00_optim_states.pt";
+  save_torch_file(optim.string(), *py_dict());
+  said = error_of(root);
+  EXPECT_NE(said.find(optim.string()), std::string::npos) << said;
+  EXPECT_NE(said.find("'optimizer_state_dict'"), std::string::npos) << said;
+  for (const fs::path& f : {optim, model, root / "latest"}) fs::remove(f);  // not remove_all (libtorch's copy)
+  fs::remove(tag);
+  fs::remove(root);
+}
+
+}  // namespace
+}  // namespace zlm::trainer
