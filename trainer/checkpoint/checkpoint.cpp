@@ -420,6 +420,13 @@ torch::serialize::OutputArchive part_archive(Gpt2& model, const ZeroEngine::Full
   return archive;
 }
 
+// This rank's part of the model in Megatron's layout, with the run's counters.
+MegatronPart part_of(Gpt2& model, const ProcessGrid& grid, const RunState& st) {
+  return MegatronPart{.config = model->config(), .tp = grid.tp_size(), .pp = grid.pp_size(), .tp_rank = grid.tp_rank(),
+                      .pp_rank = grid.pp_rank(), .iteration = st.iteration, .consumed_train = st.consumed_train,
+                      .consumed_valid = st.consumed_valid};
+}
+
 // This rank's part as Megatron-LM's model_optim_rng.pt (--ckpt-format torch): `model`
 // under megatron-core's names, `args`, `iteration`, `checkpoint_version`; Megatron's own
 // loader takes it with --no-load-optim --no-load-rng. Adam's moments and step go under a
@@ -427,9 +434,7 @@ torch::serialize::OutputArchive part_archive(Gpt2& model, const ZeroEngine::Full
 // run resumes with them.
 void write_megatron_part(Gpt2& model, const ZeroEngine::FullState& full, const ProcessGrid& grid, const RunState& st, const fs::path& file) {
   const GlobalNamed named = by_global_name(model, full);
-  const MegatronPart part{.config = model->config(), .tp = grid.tp_size(), .pp = grid.pp_size(), .tp_rank = grid.tp_rank(),
-                          .pp_rank = grid.pp_rank(), .iteration = st.iteration, .consumed_train = st.consumed_train,
-                          .consumed_valid = st.consumed_valid};
+  const MegatronPart part = part_of(model, grid, st);
   auto opt = py_dict();
   opt->entries.emplace_back(py_str("exp_avg"), megatron_part_state(named.exp_avg, part));
   opt->entries.emplace_back(py_str("exp_avg_sq"), megatron_part_state(named.exp_avg_sq, part));
@@ -509,8 +514,7 @@ void publish_checkpoint(const std::string& dir, const fs::path& tmp_dir, const s
 void write_deepspeed_files(Gpt2& model, const ZeroEngine::FullState& full, const ProcessGrid& grid, const RunState& st, DeepSpeedRun run,
                            const fs::path& tag_dir) {
   const GlobalNamed named = by_global_name(model, full);
-  const MegatronPart part{.config = model->config(), .tp = grid.tp_size(), .pp = 1, .tp_rank = grid.tp_rank(), .iteration = st.iteration,
-                          .consumed_train = st.consumed_train, .consumed_valid = st.consumed_valid};
+  const MegatronPart part = part_of(model, grid, st);  // one pipeline stage (save_checkpoint checks)
   run.dp_size = grid.dp_size();
   run.iteration = st.iteration;
   run.adam_step = full.step;

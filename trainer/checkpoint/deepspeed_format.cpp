@@ -530,18 +530,36 @@ struct RankPieces {
 // rank holds the padding inside its piece (the last rank's, or several ranks' when there are
 // more ranks than numbers to spare). Weights are saved without it, the moments with it (as
 // DeepSpeed does).
-RankPieces flat_pieces(const std::vector<Group>& groups, int64_t d, int64_t dp) {
+// [start, start + len) of a flat vector, zeros past its end (the alignment padding): a new tensor
+// of `len` numbers, so that no rank's piece copies the whole vector.
+torch::Tensor padded_slice(const torch::Tensor& flat, int64_t start, int64_t len) {
+  torch::Tensor out = torch::zeros({len});
+  const int64_t have = std::clamp<int64_t>(flat.numel() - start, 0, len);
+  if (have > 0) out.narrow(0, 0, have).copy_(flat.narrow(0, start, have));
+  return out;
+}
+
+// Each group's weights and moments as one flat vector each (ZeRO 1-2 cut these), made once for all ranks.
+struct GroupFlats {
+  torch::Tensor w, m, v;
+};
+std::vector<GroupFlats> group_flats(const std::vector<Group>& groups) {
+  std::vector<GroupFlats> out;
+  for (const Group& g : groups) out.push_back({torch::cat(g.w), torch::cat(g.m), torch::cat(g.v)});
+  return out;
+}
+
+RankPieces flat_pieces(const std::vector<Group>& groups, const std::vector<GroupFlats>& flats, int64_t d, int64_t dp) {
   RankPieces r;
-  for (const Group& g : groups) {
-    const int64_t numel = torch::cat(g.w).numel();
+  for (size_t gi = 0; gi < groups.size(); ++gi) {
+    const Group& g = groups[gi];
+    const GroupFlats& f = flats[gi];
+    const int64_t numel = f.w.numel();
     const int64_t padded = align_up(numel, 2 * dp), piece = padded / dp, start = d * piece;
     const int64_t padding = std::clamp<int64_t>(start + piece - numel, 0, piece);
-    auto cut = [&](const std::vector<torch::Tensor>& parts, int64_t keep) {
-      return torch::cat({torch::cat(parts), torch::zeros({padded - numel})}).narrow(0, start, keep).clone();
-    };
-    r.w.push_back(cut(g.w, piece - padding));
-    r.m.push_back(cut(g.m, piece));
-    r.v.push_back(cut(g.v, piece));
+    r.w.push_back(padded_slice(f.w, start, piece - padding));
+    r.m.push_back(padded_slice(f.m, start, piece));
+    r.v.push_back(padded_slice(f.v, start, piece));
     r.group_padding.push_back(padding);
     auto& slices = r.slices.emplace_back();
     int64_t offset = 0;
@@ -569,7 +587,7 @@ RankPieces per_parameter_pieces(const std::vector<Group>& groups, int64_t d, int
     };
     for (size_t i = 0; i < g.names.size(); ++i) {
       const int64_t n = g.w[i].numel(), piece = (n + dp - 1) / dp;
-      auto cut = [&](const torch::Tensor& t) { return torch::cat({t, torch::zeros({piece * dp - n})}).narrow(0, d * piece, piece); };
+      auto cut = [&](const torch::Tensor& t) { return padded_slice(t, d * piece, piece); };
       w.push_back(cut(g.w[i])), m.push_back(cut(g.m[i])), v.push_back(cut(g.v[i]));
       local += piece;
       if (local >= kSubGroupSize) close();
@@ -787,10 +805,11 @@ void write_deepspeed_part(const std::string& tag_dir, const MegatronPart& part, 
     return;
   }
   if (run.stage < 3) save_torch_file((tag / model_file(part.tp_rank, false)).string(), model_states(module, groups, part, run, config, nullptr));
+  const std::vector<GroupFlats> flats = run.stage < 3 ? group_flats(groups) : std::vector<GroupFlats>{};
   for (int64_t d = 0; d < run.dp_size; ++d) {
     if (run.stage == 3)
       save_torch_file((tag / model_file(part.tp_rank, true, d)).string(), model_states(module, groups, part, run, config, nullptr));
-    const RankPieces r = run.stage == 3 ? per_parameter_pieces(groups, d, run.dp_size) : flat_pieces(groups, d, run.dp_size);
+    const RankPieces r = run.stage == 3 ? per_parameter_pieces(groups, d, run.dp_size) : flat_pieces(groups, flats, d, run.dp_size);
     save_torch_file((tag / optim_file(part.tp_rank, d)).string(), optim_states(groups, r, run, config));
   }
 }
