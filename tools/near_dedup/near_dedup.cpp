@@ -100,6 +100,8 @@ struct Run {
   }
   // Per-shard names are numbered at one width for the run's shard count (file_number), so that they sort as the shards do.
   std::string shard_number(uint32_t s) const { return file_number(s, shards.size()); }
+  // What a task may hold in memory (--memory-mb), in bytes; 4 KiB at least.
+  uint64_t memory_bytes() const { return std::max<uint64_t>(static_cast<uint64_t>(opt.memory_mb * 1048576.0), 4096); }
   std::string sig_path(uint32_t s, const std::string& suffix) const {
     return strprintf("%s/signatures/%s.%s", opt.work.c_str(), shard_number(s).c_str(), suffix.c_str());
   }
@@ -196,7 +198,7 @@ class ShardSignatureWriter {
       : run_(run), s_(s), st_(run.opt.settings), rows_(rows_per_band(st_)), rb_(band_record_bytes(st_)), subject_(run.shard_subject(s)),
         docs_(run.sig_path(s, "docs"), StageFileKind::Docs, sizeof(DocRecord), run.settings, subject_),
         texts_(run.sig_path(s, "texts"), StageFileKind::Texts, 1, run.settings, subject_), bands_(st_.num_bands),
-        budget_(std::max<uint64_t>(static_cast<uint64_t>(run.opt.memory_mb * 1048576.0), 4096)), record_(rb_) {}
+        budget_(run.memory_bytes()), record_(rb_) {}
 
   void add(const FpDoc& d) {
     if (counts.docs >= kMaxShardDocs) throw Error(ErrorKind::Usage, "%s: more than 2^40 documents in one shard: split it", run_.shards[s_].c_str());
@@ -576,7 +578,7 @@ VerifyCounts verify_task(const Run& run, uint32_t v, TextSource& texts) {
       }
     ++counts.sweeps;
   };
-  const uint64_t budget = std::max<uint64_t>(static_cast<uint64_t>(run.opt.memory_mb * 1048576.0), 4096) / sizeof(PairRecord);
+  const uint64_t budget = run.memory_bytes() / sizeof(PairRecord);
   std::vector<PairRecord> pairs;
   bool fits = true;
   for_each_candidate(run, v, v == 0, [&](const PairRecord& p) {
