@@ -5,7 +5,11 @@
 # documents repeated 3 times (14 MB) and 30 times (142 MB). For each, the peak RSS
 # (/usr/bin/time) of the 10x larger input may exceed the smaller one's by at most
 # 8 MiB (measured: 0-6 MiB, the 2-worker pipelines' batches in flight), and the
-# 1- and 2-worker outputs are byte-identical.
+# 1- and 2-worker outputs are byte-identical. A 2-worker run's peak varies by up to
+# 9 MiB from run to run under load (which of glibc's per-thread arenas holds the
+# freed batches depends on scheduling; CI saw 29 and 38 MiB for cleanup), so a
+# pair over the limit is measured twice more and the least peak of each size
+# counts: memory that grows with the input exceeds the limit in every run.
 #   constant_rss_test.sh SOURCE_DIR BIN_DIR
 set -euo pipefail
 SRC=$1 BIN=$2
@@ -30,6 +34,16 @@ check() {  # NAME BUILDER: BUILDER N sets CMD to the command on input xN
   small=$(peak "$name" 3)
   $2 30
   large=$(peak "$name" 30)
+  local try s l
+  for try in 2 3; do
+    ((large > small + SLACK_KB)) || break
+    echo "$name: peak RSS $small KiB on 14 MB, $large KiB on 142 MB; measuring again ($try of 3)"
+    $2 3
+    s=$(peak "$name" 3)
+    $2 30
+    l=$(peak "$name" 30)
+    small=$((s < small ? s : small)) large=$((l < large ? l : large))
+  done
   ((large <= small + SLACK_KB)) || fail "$name: peak RSS $small KiB on 14 MB, $large KiB on 142 MB"
   echo "ok: $name: peak RSS $((small / 1024)) MiB on 14 MB, $((large / 1024)) MiB on 142 MB"
 }
