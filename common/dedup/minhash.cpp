@@ -28,26 +28,89 @@ inline size_t cp_len(const unsigned char* p, const unsigned char* end) {
   return st.ok ? st.len : 1;
 }
 
+// Calls emit(hash) for the shingles of text, windows of n code points (N == n,
+// or 0 when n is known only at run time): a ring of the last n code point start
+// offsets, whose slot written next holds the oldest start once the ring is full.
+// Inside a run of ASCII a window is N bytes: with N set, such a run goes through
+// a loop of its own (a hash specialised for N bytes, no ring), and the ring is
+// refilled with the run's last N starts when it ends.
+template <uint32_t N, typename Emit>
+void for_each_shingle(std::string_view text, uint32_t n, Emit&& emit) {
+  const auto* p = reinterpret_cast<const unsigned char*>(text.data());
+  const auto* end = p + text.size();
+  std::vector<size_t> ring(n);
+  size_t offset = 0, next = 0, ascii_run = 0;  // ascii_run: ASCII code points just before offset
+  uint64_t count = 0;
+  while (p + offset < end) {
+    if (N != 0 && ascii_run + 1 >= N && p[offset] < 0x80) {
+      const size_t from = offset;
+      do emit(XXH3_64bits(p + ++offset - N, N));
+      while (p + offset < end && p[offset] < 0x80);
+      count += offset - from;
+      ascii_run += offset - from;
+      next = (next + (offset - from)) % n;
+      for (size_t j = 1; j <= n; ++j) ring[(next + n - j) % n] = offset - j;  // all ASCII: ascii_run >= N
+      continue;
+    }
+    ring[next] = offset;
+    next = next + 1 == n ? 0 : next + 1;
+    ++count;
+    if (p[offset] < 0x80) {
+      ++offset;
+      ++ascii_run;
+    } else {
+      offset += cp_len(p + offset, end);
+      ascii_run = 0;
+    }
+    if (count >= n) emit(XXH3_64bits(p + ring[next], offset - ring[next]));
+  }
+}
+
+template <typename Emit>
+void for_each_shingle(std::string_view text, uint32_t n, Emit&& emit) {
+  if (n == 5) return for_each_shingle<5>(text, 5, emit);  // the default of every tool
+  if (n != 0) for_each_shingle<0>(text, n, emit);
+}
+
+// The low 32 bits of hashes, appended to `out` unless the value's slot of a
+// direct-mapped table last held the same value (see low32_fewer_repeats).
+class RepeatFilter {
+ public:
+  RepeatFilter(size_t max_values, std::vector<uint32_t>& slots, std::vector<uint32_t>& out) : out_(out) {
+    size_t size = 64;
+    while (size < max_values && size < kRepeatSlots) size *= 2;
+    slots.assign(size, 0);
+    slots_ = slots.data();
+    mask_ = size - 1;
+    out.resize(max_values);
+  }
+  void operator()(uint64_t hash) {  // branch-free: a repeat is rarely predictable
+    const auto x = static_cast<uint32_t>(hash);
+    uint32_t& slot = slots_[x & mask_];  // the bits of an XXH3 hash are uniform: no further mixing
+    out_[kept_] = x;
+    kept_ += (slot != x) | (x == 0);  // 0 is also the empty slot's value: always kept
+    slot = x;
+  }
+  void finish() { out_.resize(kept_); }
+
+ private:
+  std::vector<uint32_t>& out_;
+  uint32_t* slots_;
+  size_t mask_, kept_ = 0;
+};
+
 }  // namespace
 
 void shingle_hashes(std::string_view text, uint32_t char_ngram, std::vector<uint64_t>& out) {
   out.clear();
-  if (char_ngram == 0) return;
-  const auto* p = reinterpret_cast<const unsigned char*>(text.data());
-  const auto* end = p + text.size();
-  // Ring of the last char_ngram code point start offsets.
-  size_t offset = 0;
-  std::vector<size_t> ring(char_ngram);
-  uint64_t count = 0;
-  while (p + offset < end) {
-    ring[count % char_ngram] = offset;
-    offset += cp_len(p + offset, end);
-    ++count;
-    if (count >= char_ngram) {
-      size_t first = ring[(count - char_ngram) % char_ngram];
-      out.push_back(XXH3_64bits(p + first, offset - first));
-    }
-  }
+  out.reserve(text.size());
+  for_each_shingle(text, char_ngram, [&](uint64_t h) { out.push_back(h); });
+}
+
+void low32_fewer_repeats(std::span<const uint64_t> hashes, std::vector<uint32_t>& slots, std::vector<uint32_t>& out) {
+  RepeatFilter filter(hashes.size(), slots, out);
+  for (uint64_t h : hashes) filter(h);
+  filter.finish();
 }
 
 std::vector<uint64_t> shingle_set(std::string_view text, uint32_t char_ngram) {
@@ -70,11 +133,13 @@ MinHasher::MinHasher(MinHashParams params) : params_(params) {
   table_ = make_permutation_table(mul, add);
 }
 
-void MinHasher::signature(std::string_view text, uint32_t* out, std::vector<uint64_t>* scratch) const {
-  std::vector<uint64_t> local;
-  std::vector<uint64_t>& h = scratch ? *scratch : local;
-  shingle_hashes(text, params_.char_ngram, h);
-  min_permutations(h.data(), h.size(), table_, out);
+void MinHasher::signature(std::string_view text, uint32_t* out, MinHashScratch* scratch) const {
+  MinHashScratch local;
+  MinHashScratch& s = scratch ? *scratch : local;
+  RepeatFilter filter(text.size(), s.slots, s.values);  // a shingle per code point at most
+  for_each_shingle(text, params_.char_ngram, filter);
+  filter.finish();
+  min_permutations(s.values.data(), s.values.size(), table_, out);
 }
 
 std::vector<uint32_t> MinHasher::signature_reference(std::string_view text) const {

@@ -12,13 +12,17 @@
 // including the last. Each shingle is hashed once with XXH3-64; permutation i
 // is then the multiply-add-shift hash ((a_i * x + b_i) mod 2^64) >> 32 of the
 // low 32 bits x of that hash, with (a_i, b_i) drawn from SplitMix64(seed).
+// A signature is a minimum over the set of values x, so a repeated x need not go
+// through the permutations again (web text repeats about a third of its
+// 5-grams within a document; low32_fewer_repeats leaves out most repeats).
 // This is a 2-universal family (Dietzfelbinger 1996), cheap enough to apply
 // 100 times per shingle, so P[sig_i(A) = sig_i(B)] ~= J(A, B) for each i.
 // A text with fewer than char_ngram characters has no shingles: its signature
 // is all 0xFFFFFFFF and its Jaccard with anything is 0 (as Megatron's).
 //
 // Cost: signature O(chars * num_seeds), the permutations vectorised
-// (common/dedup/minhash_kernel.h), no allocation after construction of the scratch buffer; shingle_set O(chars log chars). Thread-safe (const).
+// (common/dedup/minhash_kernel.h), no allocation once the scratch buffers have
+// grown; shingle_set O(chars log chars). Thread-safe (const).
 #pragma once
 
 #include <cstdint>
@@ -29,6 +33,11 @@
 #include "common/dedup/minhash_kernel.h"
 
 namespace zlm {
+
+// Buffers a signature reuses between calls (one per thread).
+struct MinHashScratch {
+  std::vector<uint32_t> values, slots;
+};
 
 struct MinHashParams {
   uint32_t num_seeds = 100;
@@ -42,7 +51,7 @@ class MinHasher {
   const MinHashParams& params() const { return params_; }
   uint32_t num_seeds() const { return params_.num_seeds; }
   // Writes num_seeds() values to out. `scratch` is reused between calls.
-  void signature(std::string_view text, uint32_t* out, std::vector<uint64_t>* scratch = nullptr) const;
+  void signature(std::string_view text, uint32_t* out, MinHashScratch* scratch = nullptr) const;
   // The slow obvious version: one permutation at a time over the shingle set (tests).
   std::vector<uint32_t> signature_reference(std::string_view text) const;
 
@@ -53,6 +62,12 @@ class MinHasher {
 
 // Hashes (XXH3-64) of every char_ngram-code-point window, in text order (with repeats).
 void shingle_hashes(std::string_view text, uint32_t char_ngram, std::vector<uint64_t>& out);
+// The low 32 bits of `hashes` with most repeats left out: every value at least
+// once, in order of first occurrence, so that a minimum over `out` is the minimum
+// over the set. A value is left out when its slot of a direct-mapped table
+// (`slots`, at most kRepeatSlots entries, cache-resident) last held the same value.
+constexpr size_t kRepeatSlots = 8192;
+void low32_fewer_repeats(std::span<const uint64_t> hashes, std::vector<uint32_t>& slots, std::vector<uint32_t>& out);
 // Sorted, de-duplicated shingle hashes.
 std::vector<uint64_t> shingle_set(std::string_view text, uint32_t char_ngram);
 

@@ -16,60 +16,89 @@ namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
 using D32 = hn::ScalableTag<uint32_t>;
-using D64 = hn::Repartition<uint64_t, D32>;
-using V32 = hn::Vec<D32>;
+using Quarter = hn::Half<hn::Half<D32>>;  // a tail of a few permutations (100 = 6 x 16 + 4 with AVX-512)
+using HalfD = hn::Half<D32>;
 
+template <class D>
 struct Block {
-  V32 lo_even, lo_odd, hi, acc;
-  hn::Vec<D64> add_even, add_odd;
+  hn::Vec<D> lo_even, lo_odd, hi, acc;
+  hn::Vec<hn::Repartition<uint64_t, D>> add_even, add_odd;
 };
 
-HWY_INLINE Block load_block(D32 d, const PermutationTable& t, size_t base) {
-  const D64 d64;
+template <class D>
+HWY_INLINE Block<D> load_block(D d, const PermutationTable& t, size_t base) {
+  const hn::Repartition<uint64_t, D> d64;
   return {hn::LoadU(d, t.lo_even.data() + base), hn::LoadU(d, t.lo_odd.data() + base), hn::LoadU(d, t.hi.data() + base),
           hn::Set(d, 0xFFFFFFFFu), hn::LoadU(d64, t.add_even.data() + base / 2),
           hn::LoadU(d64, t.add_odd.data() + base / 2)};
 }
 
 // One shingle x (broadcast) through the block's permutations.
-HWY_INLINE void step(D32 d, Block& b, V32 x) {
-  const D64 d64;
+template <class D>
+HWY_INLINE void step(D d, Block<D>& b, hn::Vec<D> x) {
   const auto even = hn::Add(hn::MulEven(b.lo_even, x), b.add_even);  // a_lo * x + b, even permutations
   const auto odd = hn::Add(hn::MulEven(b.lo_odd, x), b.add_odd);     // the same, odd permutations
-  const auto high = hn::Or(hn::BitCast(d, hn::ShiftRight<32>(even)),
-                           hn::BitCast(d, hn::And(odd, hn::Set(d64, 0xFFFFFFFF00000000ull))));
+  // The high halves: even permutations' shifted down into the even lanes, odd ones' already in the odd lanes.
+  const auto high = hn::OddEven(hn::BitCast(d, odd), hn::BitCast(d, hn::ShiftRight<32>(even)));
   b.acc = hn::Min(b.acc, hn::Add(high, hn::Mul(b.hi, x)));
 }
 
-// NV vectors of permutations from `base`, one pass over the hashes (NV independent chains).
-template <int NV>
-HWY_INLINE void pass(D32 d, const uint64_t* hashes, size_t n, const PermutationTable& t, size_t base, uint32_t* out) {
-  const size_t lanes = hn::Lanes(d);
-  Block b[NV];
-  for (int j = 0; j < NV; ++j) b[j] = load_block(d, t, base + j * lanes);
-  for (size_t s = 0; s < n; ++s) {
-    const V32 x = hn::Set(d, static_cast<uint32_t>(hashes[s]));
-    for (int j = 0; j < NV; ++j) step(d, b[j], x);
-  }
+// The block's minima of the permutations below t.k.
+template <class D>
+HWY_INLINE void store_block(D d, const Block<D>& b, const PermutationTable& t, size_t base, uint32_t* out) {
   HWY_ALIGN uint32_t tmp[HWY_MAX_BYTES / sizeof(uint32_t)];
-  for (int j = 0; j < NV; ++j) {
-    hn::Store(b[j].acc, d, tmp);
-    for (size_t l = 0; l < lanes && base + j * lanes + l < t.k; ++l) out[base + j * lanes + l] = tmp[l];
-  }
+  hn::Store(b.acc, d, tmp);
+  for (size_t l = 0; l < hn::Lanes(d) && base + l < t.k; ++l) out[base + l] = tmp[l];
 }
 
-void MinPermutations(const uint64_t* hashes, size_t n, const PermutationTable& t, uint32_t* out) {
+// NV full vectors of permutations from `base`, and with kTail one narrower
+// vector (DT) after them: one pass over the values, NV (+1) independent chains.
+template <int NV, bool kTail, class DT = D32>
+HWY_INLINE void pass(const uint32_t* xs, size_t n, const PermutationTable& t, size_t base, uint32_t* out) {
+  const D32 d;
+  const DT dt;
+  const size_t lanes = hn::Lanes(d);
+  Block<D32> b[NV > 0 ? NV : 1];
+  for (int j = 0; j < NV; ++j) b[j] = load_block(d, t, base + j * lanes);
+  Block<DT> tail = load_block(dt, t, base + NV * lanes);
+  for (size_t s = 0; s < n; ++s) {
+    for (int j = 0; j < NV; ++j) step(d, b[j], hn::Set(d, xs[s]));
+    if constexpr (kTail) step(dt, tail, hn::Set(dt, xs[s]));
+  }
+  for (int j = 0; j < NV; ++j) store_block(d, b[j], t, base + j * lanes, out);
+  if constexpr (kTail) store_block(dt, tail, t, base + NV * lanes, out);
+}
+
+// The last full vectors (0-3) and the rest of the permutations (`rest` lanes, 0
+// or fewer than a vector) in one pass, the rest in the narrowest vector that
+// holds it and pairs even and odd lanes.
+template <int NV>
+HWY_INLINE void last_pass(const uint32_t* xs, size_t n, const PermutationTable& t, size_t base, size_t rest, uint32_t* out) {
+  if (rest == 0) {
+    if constexpr (NV > 0) pass<NV, false>(xs, n, t, base, out);
+    return;
+  }
+  if constexpr (hn::MaxLanes(Quarter()) >= 2) {  // compiled only where a quarter vector has an even/odd pair
+    if (rest <= hn::Lanes(Quarter())) return pass<NV, true, Quarter>(xs, n, t, base, out);
+  }
+  if constexpr (hn::MaxLanes(HalfD()) >= 2) {
+    if (rest <= hn::Lanes(HalfD())) return pass<NV, true, HalfD>(xs, n, t, base, out);
+  }
+  pass<NV, true, D32>(xs, n, t, base, out);
+}
+
+void MinPermutations(const uint32_t* xs, size_t n, const PermutationTable& t, uint32_t* out) {
   const D32 d;
   const size_t lanes = hn::Lanes(d);
-  if (lanes < 2) return min_permutations_scalar(hashes, n, t, out);  // the layout pairs even and odd lanes
-  const size_t vectors = (t.k + lanes - 1) / lanes;  // the table is padded far enough (kPermutationPad)
+  if (lanes < 2) return min_permutations_scalar(xs, n, t, out);  // the layout pairs even and odd lanes
+  const size_t full = t.k / lanes, rest = t.k - full * lanes;  // the table is padded far enough (kPermutationPad)
   size_t v = 0;
-  for (; v + 4 <= vectors; v += 4) pass<4>(d, hashes, n, t, v * lanes, out);
-  switch (vectors - v) {
-    case 3: pass<3>(d, hashes, n, t, v * lanes, out); break;
-    case 2: pass<2>(d, hashes, n, t, v * lanes, out); break;
-    case 1: pass<1>(d, hashes, n, t, v * lanes, out); break;
-    default: break;
+  for (; v + 4 <= full; v += 4) pass<4, false>(xs, n, t, v * lanes, out);
+  switch (full - v) {
+    case 3: last_pass<3>(xs, n, t, v * lanes, rest, out); break;
+    case 2: last_pass<2>(xs, n, t, v * lanes, rest, out); break;
+    case 1: last_pass<1>(xs, n, t, v * lanes, rest, out); break;
+    default: last_pass<0>(xs, n, t, v * lanes, rest, out); break;
   }
 }
 
@@ -111,16 +140,16 @@ PermutationTable make_permutation_table(const std::vector<uint64_t>& mul, const 
   return t;
 }
 
-void min_permutations(const uint64_t* hashes, size_t n, const PermutationTable& table, uint32_t* out) {
-  HWY_DYNAMIC_DISPATCH(MinPermutations)(hashes, n, table, out);
+void min_permutations(const uint32_t* xs, size_t n, const PermutationTable& table, uint32_t* out) {
+  HWY_DYNAMIC_DISPATCH(MinPermutations)(xs, n, table, out);
 }
 
 // (a*x + b) mod 2^64 >> 32 with a = a_hi*2^32 + a_lo and a 32-bit x is
 // hi32(a_lo*x + b) + a_hi*x (mod 2^32).
-void min_permutations_scalar(const uint64_t* hashes, size_t n, const PermutationTable& t, uint32_t* out) {
+void min_permutations_scalar(const uint32_t* xs, size_t n, const PermutationTable& t, uint32_t* out) {
   for (uint32_t i = 0; i < t.k; ++i) out[i] = std::numeric_limits<uint32_t>::max();
   for (size_t s = 0; s < n; ++s) {
-    const auto x = static_cast<uint32_t>(hashes[s]);
+    const uint32_t x = xs[s];
     for (uint32_t i = 0; i < t.k; ++i) {
       const uint64_t prod = static_cast<uint64_t>(t.mul_lo[i]) * x + t.add[i];
       const uint32_t v = static_cast<uint32_t>(prod >> 32) + t.mul_hi[i] * x;

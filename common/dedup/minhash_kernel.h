@@ -1,6 +1,6 @@
 // The inner loop of MinHash (common/dedup/minhash.h): for k permutations, the
-// minimum over a document's shingle hashes of ((a_i * x + b_i) mod 2^64) >> 32,
-// x the low 32 bits of a shingle hash. Vectorised with Highway, compiled for
+// minimum over a document's shingle values x (the low 32 bits of its shingle
+// hashes) of ((a_i * x + b_i) mod 2^64) >> 32. Vectorised with Highway, compiled for
 // every instruction set it targets and chosen at run time (AVX-512 where the
 // CPU has it, AVX2, SSE4, ... and a scalar build), so one binary runs well
 // everywhere. Results are bit-identical to the scalar loop
@@ -37,11 +37,11 @@ struct PermutationTable {
 // The table of the multipliers a_i and increments b_i.
 PermutationTable make_permutation_table(const std::vector<uint64_t>& mul, const std::vector<uint64_t>& add);
 
-// out[i] = min over the n hashes of permutation i, i < table.k (0xFFFFFFFF when n == 0).
-void min_permutations(const uint64_t* hashes, size_t n, const PermutationTable& table, uint32_t* out);
+// out[i] = min over the n values xs of permutation i, i < table.k (0xFFFFFFFF when n == 0).
+void min_permutations(const uint32_t* xs, size_t n, const PermutationTable& table, uint32_t* out);
 
-// The definition, one permutation and one hash at a time.
-void min_permutations_scalar(const uint64_t* hashes, size_t n, const PermutationTable& table, uint32_t* out);
+// The definition, one permutation and one value at a time.
+void min_permutations_scalar(const uint32_t* xs, size_t n, const PermutationTable& table, uint32_t* out);
 
 // The instruction set min_permutations runs with here ("AVX3", "AVX2", ...).
 const char* min_permutations_target();

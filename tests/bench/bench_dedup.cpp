@@ -59,7 +59,7 @@ bool signatures_match_reference() {
 void BM_MinHashSignature(benchmark::State& state) {
   zlm::MinHasher hasher(kOptions);
   std::vector<uint32_t> sig(kOptions.num_seeds);
-  std::vector<uint64_t> scratch;
+  zlm::MinHashScratch scratch;
   uint64_t bytes = 0;
   for (auto _ : state)
     for (const auto& t : texts()) {

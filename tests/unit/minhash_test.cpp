@@ -1,11 +1,16 @@
 #include "common/dedup/minhash.h"
 #include "common/dedup/minhash_kernel.h"
 
+#include <algorithm>
 #include <cmath>
 #include <random>
+#include <set>
 
 #include <hwy/targets.h>
+#define XXH_INLINE_ALL
+#include <xxhash.h>
 
+#include "common/core/utf8.h"
 #include "common/dedup/union_find.h"
 #include "test_util.h"
 
@@ -23,8 +28,41 @@ TEST(Shingles, CodePointWindowsIncludingTheLast) {
   EXPECT_EQ(shingle_set("aaaaaaaa", 5).size(), 1u);
 }
 
+// The slow obvious shingling: the code point starts (the reference UTF-8 step),
+// then XXH3-64 of the bytes of every window of n of them.
+std::vector<uint64_t> shingles_reference(std::string_view text, uint32_t n) {
+  std::vector<size_t> starts;
+  for (size_t at = 0; at < text.size();) {
+    starts.push_back(at);
+    const Utf8Step st = utf8_step_reference(text.substr(at));
+    at += st.ok ? st.len : 1;
+  }
+  starts.push_back(text.size());
+  std::vector<uint64_t> out;
+  for (size_t i = 0; i + n < starts.size(); ++i) out.push_back(XXH3_64bits(text.data() + starts[i], starts[i + n] - starts[i]));
+  return out;
+}
+
+// The fast shingling (an ASCII path for 5-grams, the ring for the rest) against it on
+// text mixing ASCII runs of every length with 2-, 3- and 4-byte characters and
+// ill-formed bytes, for window lengths around the specialised one.
+TEST(Shingles, EqualTheReferenceOnMixedText) {
+  const std::vector<std::string> pieces{"a", "b", " ", "\xc3\xa9", "\xe2\x80\x94", "\xf0\x9f\x98\x80", "\xff", "\xe2\x80", "\n", "xyz"};
+  std::mt19937 rng(9);
+  std::vector<uint64_t> h;
+  for (int t = 0; t < 300; ++t) {
+    std::string text;
+    const int len = static_cast<int>(rng() % 60);
+    for (int i = 0; i < len; ++i) text += pieces[rng() % (t % 3 == 0 ? 3 : pieces.size())];
+    for (uint32_t n : {1u, 2u, 4u, 5u, 6u, 9u}) {
+      shingle_hashes(text, n, h);
+      EXPECT_EQ(h, shingles_reference(text, n)) << "n=" << n << " text #" << t;
+    }
+  }
+}
+
 // The vectorised kernel against its scalar definition, for permutation counts around every
-// vector width (and past the padding) and hashes with all 64 bits set, under every
+// vector width (and past the padding) and values with all 32 bits set, under every
 // instruction set this binary has code for and this CPU runs (AVX-512, AVX2, SSE4, scalar).
 void check_kernel_against_scalar() {
   std::mt19937_64 rng(11);
@@ -36,12 +74,12 @@ void check_kernel_against_scalar() {
     }
     const PermutationTable table = make_permutation_table(mul, add);
     for (size_t n : {0u, 1u, 5u, 1000u}) {
-      std::vector<uint64_t> hashes(n);
-      for (auto& h : hashes) h = rng();
-      if (n > 1) hashes[0] = ~0ull;
+      std::vector<uint32_t> xs(n);
+      for (auto& x : xs) x = static_cast<uint32_t>(rng());
+      if (n > 1) xs[0] = ~0u;
       std::vector<uint32_t> fast(k + 1, 0xABCDEF01u), slow(k);
-      min_permutations(hashes.data(), n, table, fast.data());
-      min_permutations_scalar(hashes.data(), n, table, slow.data());
+      min_permutations(xs.data(), n, table, fast.data());
+      min_permutations_scalar(xs.data(), n, table, slow.data());
       EXPECT_EQ(std::vector<uint32_t>(fast.begin(), fast.begin() + k), slow) << "k=" << k << " n=" << n;
       EXPECT_EQ(fast[k], 0xABCDEF01u) << "wrote past k=" << k;  // the padding lanes are not stored
     }
@@ -57,6 +95,37 @@ TEST(MinHashKernel, VectorisedEqualsScalarOnEveryTarget) {
     check_kernel_against_scalar();
   }
   hwy::SetSupportedTargetsForTest(0);
+}
+
+// Against the set of low 32 bits (std::set): every value kept, in order of first
+// occurrence, with repeats, zeros, values equal in their low 32 bits only, and
+// values that share a slot of the table; near-consecutive repeats are left out.
+TEST(LowBitsFewerRepeats, EveryValueKeptInFirstOccurrenceOrder) {
+  std::mt19937_64 rng(5);
+  std::vector<uint32_t> slots, got;
+  for (size_t n : {0u, 1u, 7u, 100u, 50000u}) {
+    std::vector<uint64_t> hashes;
+    for (size_t i = 0; i < n; ++i) {
+      const uint64_t r = rng();
+      hashes.push_back(i % 5 == 1 ? hashes[i - 1] ^ (r << 32) : i % 7 == 3 ? 0 : i % 3 == 2 ? (r & 0xFFFF) << 16 : r);
+    }
+    low32_fewer_repeats(hashes, slots, got);
+    std::vector<uint32_t> first;  // the first occurrences, in order
+    std::set<uint32_t> seen;
+    for (uint64_t h : hashes)
+      if (seen.insert(static_cast<uint32_t>(h)).second) first.push_back(static_cast<uint32_t>(h));
+    std::vector<uint32_t> got_first;
+    seen.clear();
+    for (uint32_t x : got)
+      if (seen.insert(x).second) got_first.push_back(x);
+    EXPECT_EQ(got_first, first) << "n=" << n;
+    size_t next_to_equal = 0;  // repeats of the value just before (never in another slot), 0 aside
+    for (size_t i = 1; i < n; ++i) next_to_equal += static_cast<uint32_t>(hashes[i]) == static_cast<uint32_t>(hashes[i - 1]) && static_cast<uint32_t>(hashes[i]) != 0;
+    if (n >= 100) {
+      EXPECT_GT(next_to_equal, n / 10);
+    }
+    EXPECT_LE(got.size(), n - next_to_equal) << "a repeat of the value just before is left out";
+  }
 }
 
 TEST(Jaccard, ModesAndEmptySets) {

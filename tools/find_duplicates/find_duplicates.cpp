@@ -60,7 +60,7 @@ struct FpResult {
 struct FpState {
   JsonFieldExtractor extractor;
   std::vector<std::string> values;
-  std::vector<uint64_t> scratch;
+  MinHashScratch scratch;
   std::string detail;
 };
 

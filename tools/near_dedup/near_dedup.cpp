@@ -274,7 +274,7 @@ class ShardSignatureWriter {
 void fingerprint_batch(const Run& run, uint32_t s, const MinHasher& hasher, const LineBatch& b, FpBatch& r) {
   thread_local JsonFieldExtractor extractor;
   thread_local std::vector<std::string> values;
-  thread_local std::vector<uint64_t> scratch;
+  thread_local MinHashScratch scratch;
   const std::vector<std::string> keys{run.opt.settings.text_key, run.opt.settings.key};
   std::string detail;
   r.docs.clear();
