@@ -89,7 +89,7 @@ TOKENIZER=()
 [[ -n $VOCAB ]] && TOKENIZER+=(--vocab-file "$VOCAB")
 [[ -n $MERGES ]] && TOKENIZER+=(--merge-file "$MERGES")
 ND=(--work "$WORK/dedup" --key "$KEY" --group-threshold "$GROUP_T" --ranges "$RANGES" --verify-tasks "$VERIFY_TASKS" --threads "$THREADS" --memory-mb "$MEMORY")
-SH=(--work "$WORK/shuffle-work" --seed "$SEED" --buckets "$BUCKETS")
+SH=(--work "$WORK/shuffle-work" --seed "$SEED" --buckets "$BUCKETS" --memory-mb "$MEMORY")
 STAGES=(${URLS:+blacklist_urls} $( ((DOWNLOAD)) && echo download_urls || true) cleanup signatures candidates verify cluster filter shuffle_count shuffle_scatter shuffle_gather preprocess_data merge_datasets)
 
 # The shards in order, as the tools expand an argument (a directory's .json/.jsonl/.txt files, plain

@@ -142,6 +142,7 @@ void OutputFile::finish() {
     const int fd = fd_;
     fd_ = -1;
     if (::close(fd) != 0) throw_errno("cannot close output file", temp_path_);
+    std::vector<char>().swap(buffer_);  // nothing more is written: an OutputFile kept until publish() holds no buffer
   } catch (...) {
     abandon();  // a failed output leaves no temporary behind
     throw;

@@ -19,7 +19,7 @@ int main(int argc, char** argv) {
   app.add_option("--seed", opt.seed, "Seed: the same seed and input give the same output")->capture_default_str()
       ->check(zlm::whole_number(0, UINT64_MAX));
   app.add_option("--memory-mb", opt.memory_mb, "Memory budget; larger inputs go through temporary buckets (the output does not change)")
-      ->capture_default_str()->check(zlm::whole_number(1, uint64_t{1} << 30));
+      ->capture_default_str()->check(zlm::finite_range(0.01, 16777216.0));
   zlm::shuffle::ShardedOptions sharded;
   bool print_tasks = false;
   auto* sharded_flag = app.add_option("--sharded", sharded.stage, "Run a stage of the sharded form (count, scatter, gather, or all): the "
@@ -36,6 +36,7 @@ int main(int argc, char** argv) {
       if (!opt.input.empty() || !opt.output.empty() || !output_flag.empty())
         throw zlm::Error(zlm::ErrorKind::Usage, "--sharded reads --parts and writes --bucket-dir: no input or output argument");
       sharded.seed = opt.seed;
+      sharded.memory_mb = opt.memory_mb;
       sharded.parts = zlm::expand_inputs(sharded.parts);
       if (print_tasks) {
         std::printf("%lu\n", (unsigned long)zlm::shuffle::sharded_task_count(sharded));

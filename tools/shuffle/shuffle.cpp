@@ -1,6 +1,8 @@
 #include "tools/shuffle/shuffle.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -17,6 +19,7 @@
 #include "common/core/mapped_file.h"
 #include "common/core/output_file.h"
 #include "common/core/progress.h"
+#include "tools/shuffle/bucket_sort.h"
 
 namespace zlm::shuffle {
 
@@ -29,55 +32,49 @@ uint64_t line_key(uint64_t seed, uint64_t i) {
 
 namespace {
 
-struct Rec {
-  uint64_t key, index;
-  size_t offset, length;  // into the bucket buffer
-};
+// At least 64 KiB (--memory-mb takes fractions, as near_dedup's).
+uint64_t budget_bytes(double memory_mb) { return std::max<uint64_t>(static_cast<uint64_t>(memory_mb * 1048576.0), 1 << 16); }
 
-// Sorts one bucket's records (key, index, line) in memory and appends the lines to out.
-void emit_sorted(std::vector<Rec>& recs, const std::string& buf, OutputFile& out) {
-  std::sort(recs.begin(), recs.end(), [](const Rec& a, const Rec& b) { return a.key != b.key ? a.key < b.key : a.index < b.index; });
-  for (const Rec& r : recs) {
-    out.write(buf.data() + r.offset, r.length);
-    out.put('\n');
-  }
+// The write buffer of each of `buckets` files open at once: together half the
+// budget, from 4 KiB to 64 KiB each.
+size_t bucket_buffer(double memory_mb, uint32_t buckets) {
+  return static_cast<size_t>(std::clamp<uint64_t>(budget_bytes(memory_mb) / 2 / buckets, 4096, 1 << 16));
 }
 
 // Buckets: enough that one (decompressed) bucket fits the memory budget; compressed
 // inputs are assumed to expand 4x, stdin gets 64 buckets. Returns log2 of their number.
 uint32_t bucket_bits(const ShuffleOptions& opt, const LineReader& reader, uint64_t in_bytes) {
-  const uint64_t budget = std::max<uint64_t>(opt.memory_mb, 1) << 20;
+  const uint64_t budget = budget_bytes(opt.memory_mb);
   const uint64_t expected = opt.input == "-" ? budget * 64 : in_bytes * (reader.compression() == Compression::None ? 1 : 4);
   uint32_t bits = 0;
   while ((expected >> bits) > budget / 2 && bits < 16) ++bits;
   return bits;
 }
 
-// Every line with its key in memory, sorted, written. Returns the lines.
-uint64_t shuffle_in_memory(LineReader& reader, uint64_t seed, OutputFile& out, Progress& progress) {
-  std::string buf;
-  std::vector<Rec> recs;
+// Every line with its key into one BucketSorter (sorted in memory when the input
+// fits the budget, in runs next to the output otherwise). Returns the lines.
+uint64_t shuffle_in_one_bucket(LineReader& reader, const ShuffleOptions& opt, OutputFile& out, Progress& progress) {
+  BucketSorter sorter(budget_bytes(opt.memory_mb), opt.output + ".run");
   std::string_view line;
   uint64_t lines = 0;
   while (reader.next(line)) {
-    recs.push_back({line_key(seed, lines), lines, buf.size(), line.size()});
-    buf.append(line);
+    sorter.add(line_key(opt.seed, lines), lines, line);
     ++lines;
     progress.add(1, line.size() + 1);
     progress.maybe_report();
   }
-  emit_sorted(recs, buf, out);
+  sorter.finish(out);
   return lines;
 }
 
 // First pass: each line, with its key and index, into the temporary bucket its
-// key's top bits choose; second pass: each bucket read back, sorted, appended
-// to the output and removed. Returns the lines.
+// key's top bits choose; second pass: each bucket read back, sorted within the
+// budget, appended to the output and removed. Returns the lines.
 uint64_t shuffle_through_buckets(LineReader& reader, const ShuffleOptions& opt, uint32_t bits, OutputFile& out, Progress& progress) {
   const uint32_t buckets = 1u << bits;
   ZLM_LOG_INF("two-pass shuffle through %u temporary buckets next to %s", buckets, opt.output.c_str());
   std::vector<std::unique_ptr<OutputFile>> parts;
-  for (uint32_t b = 0; b < buckets; ++b) parts.push_back(std::make_unique<OutputFile>(opt.output + ".bucket" + std::to_string(b), 1 << 16));
+  for (uint32_t b = 0; b < buckets; ++b) parts.push_back(std::make_unique<OutputFile>(opt.output + ".bucket" + std::to_string(b), bucket_buffer(opt.memory_mb, buckets)));
   std::string_view line;
   uint64_t lines = 0;
   while (reader.next(line)) {
@@ -90,20 +87,15 @@ uint64_t shuffle_through_buckets(LineReader& reader, const ShuffleOptions& opt, 
     progress.add(1, line.size() + 1);
     progress.maybe_report();
   }
-  std::vector<Rec> recs;
+  Record rec;
   for (uint32_t b = 0; b < buckets; ++b) {
-    parts[b]->commit();  // under its own temporary name, removed below
-    const std::string data = read_file(parts[b]->path());
-    std::remove(parts[b]->path().c_str());
-    recs.clear();
-    for (size_t p = 0; p < data.size();) {
-      uint64_t header[3];
-      std::memcpy(header, data.data() + p, sizeof header);
-      p += sizeof header;
-      recs.push_back({header[0], header[1], p, header[2]});
-      p += header[2];
-    }
-    emit_sorted(recs, data, out);
+    parts[b]->finish();  // read back by its temporary name, removed with its OutputFile
+    const std::string& path = parts[b]->temp_path();
+    BucketSorter sorter(budget_bytes(opt.memory_mb), opt.output + ".bucket" + std::to_string(b) + ".run");
+    RecordReader in(path, file_size(path));
+    while (in.next(rec)) sorter.add(rec.key, rec.index, rec.line);
+    sorter.finish(out);
+    parts[b].reset();
   }
   return lines;
 }
@@ -121,7 +113,7 @@ void run(const ShuffleOptions& opt, const CommonFlags& common, Stats& stats) {
   Progress progress({.label = "lines", .total_bytes = reader.compression() == Compression::None ? in_bytes : 0,
                      .interval_sec = common.progress_sec, .enabled = !common.no_progress && !common.quiet});
   OutputFile out(opt.output);
-  const uint64_t lines = bits == 0 ? shuffle_in_memory(reader, opt.seed, out, progress) : shuffle_through_buckets(reader, opt, bits, out, progress);
+  const uint64_t lines = bits == 0 ? shuffle_in_one_bucket(reader, opt, out, progress) : shuffle_through_buckets(reader, opt, bits, out, progress);
   progress.finish();
   out.commit();
   stats.set("lines", lines);
@@ -182,7 +174,7 @@ uint64_t scatter_task(const ShardedOptions& o, size_t part) {
   const uint64_t expected = read_count(count_path(o, part));
   const uint32_t bits = bucket_bits_of(o.buckets);
   std::vector<std::unique_ptr<OutputFile>> out;
-  for (uint32_t b = 0; b < o.buckets; ++b) out.push_back(std::make_unique<OutputFile>(scatter_path(o, part, b), 1 << 16));
+  for (uint32_t b = 0; b < o.buckets; ++b) out.push_back(std::make_unique<OutputFile>(scatter_path(o, part, b), bucket_buffer(o.memory_mb, o.buckets)));
   std::vector<uint64_t> records(o.buckets, 0);
   LineReader reader(o.parts[part]);
   std::string_view line;
@@ -208,33 +200,41 @@ uint64_t scatter_task(const ShardedOptions& o, size_t part) {
   return n;
 }
 
-uint64_t gather_task(const ShardedOptions& o, uint32_t bucket) {
-  std::vector<Rec> recs;
-  std::string data;
+// The records' bytes of a scattered bucket file (what precedes its trailer: the
+// record count and the end marker) and that count; a file without the marker is refused.
+std::pair<uint64_t, uint64_t> scatter_body(const std::string& path) {
+  const uint64_t size = file_size(path);
+  char trailer[16] = {};
+  if (size >= 16) {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) throw_errno("cannot open", path);
+    const ssize_t got = ::pread(fd, trailer, sizeof trailer, static_cast<off_t>(size - 16));
+    ::close(fd);
+    if (got != 16) throw_errno("cannot read the end of", path);
+  }
+  if (size < 16 || std::memcmp(trailer + 8, kScatterEnd, 8) != 0)
+    throw Error(ErrorKind::Format, "%s: no end marker: the file is truncated ---> HINT: remove it and re-run its scatter task", path.c_str());
+  return {size - 16, load_unaligned<uint64_t>(reinterpret_cast<const uint8_t*>(trailer))};
+}
+
+uint64_t gather_task(const ShardedOptions& o, uint32_t bucket, uint64_t& runs, uint64_t& passes) {
+  BucketSorter sorter(budget_bytes(o.memory_mb), strprintf("%s/bucket-%05u.run", std::filesystem::path(scatter_path(o, 0, 0)).parent_path().c_str(), bucket));
+  Record rec;
   for (size_t part = 0; part < o.parts.size(); ++part) {
     const std::string path = scatter_path(o, part, bucket);
-    const std::string chunk = read_file(path);
-    if (chunk.size() < 16 || std::memcmp(chunk.data() + chunk.size() - 8, kScatterEnd, 8) != 0)
-      throw Error(ErrorKind::Format, "%s: no end marker: the file is truncated ---> HINT: remove it and re-run its scatter task", path.c_str());
-    const uint64_t want = load_unaligned<uint64_t>(reinterpret_cast<const uint8_t*>(chunk.data() + chunk.size() - 16));
-    const size_t base = data.size(), end = chunk.size() - 16;
-    data.append(chunk, 0, end);
+    const auto [body, want] = scatter_body(path);
+    RecordReader in(path, body);
     uint64_t got = 0;
-    for (size_t p = 0; p < end; ++got) {
-      uint64_t header[3];
-      if (end - p < sizeof header) throw Error(ErrorKind::Format, "%s: byte %zu: a record cut short", path.c_str(), p);
-      std::memcpy(header, chunk.data() + p, sizeof header);
-      p += sizeof header;
-      if (header[2] > end - p) throw Error(ErrorKind::Format, "%s: byte %zu: a record longer than the file", path.c_str(), p);
-      recs.push_back({header[0], header[1], base + p, header[2]});
-      p += header[2];
-    }
+    for (; in.next(rec); ++got) sorter.add(rec.key, rec.index, rec.line);
     if (got != want) throw Error(ErrorKind::Format, "%s: %lu records, its end marker says %lu", path.c_str(), (unsigned long)got, (unsigned long)want);
   }
   OutputFile out(bucket_path(o, bucket));
-  emit_sorted(recs, data, out);
+  const uint64_t lines = sorter.finish(out);
+  if (sorter.runs() > 0) ZLM_LOG_INF("gather %u: sorted in %zu runs of --memory-mb %g / 2", bucket, sorter.runs(), o.memory_mb);
+  runs += sorter.runs();
+  passes += sorter.merge_passes();
   out.commit();
-  return recs.size();
+  return lines;
 }
 
 }  // namespace
@@ -256,7 +256,7 @@ void run_sharded(const ShardedOptions& o, const CommonFlags& common, Stats& stat
   check_distinct_paths({{"--stats-out", common.stats_out}}, inputs);
   std::filesystem::create_directories(o.work + "/shuffle/counts");
   std::filesystem::create_directories(std::filesystem::path(scatter_path(o, 0, 0)).parent_path());
-  uint64_t lines = 0, run_tasks = 0;
+  uint64_t lines = 0, run_tasks = 0, gather_runs = 0, gather_passes = 0;
   for (const std::string& st : stages) {
     ShardedOptions one = o;
     one.stage = st;
@@ -281,7 +281,7 @@ void run_sharded(const ShardedOptions& o, const CommonFlags& common, Stats& stat
         ZLM_LOG_INF("%s %lu: done already (%s)", st.c_str(), (unsigned long)t, done.c_str());
         continue;
       }
-      const uint64_t got = st == "count" ? count_task(o, t) : st == "scatter" ? scatter_task(o, t) : gather_task(o, static_cast<uint32_t>(t));
+      const uint64_t got = st == "count" ? count_task(o, t) : st == "scatter" ? scatter_task(o, t) : gather_task(o, static_cast<uint32_t>(t), gather_runs, gather_passes);
       ZLM_LOG_INF("%s %lu: %lu lines", st.c_str(), (unsigned long)t, (unsigned long)got);
       if (st == "gather") lines += got;
       ++run_tasks;
@@ -289,6 +289,8 @@ void run_sharded(const ShardedOptions& o, const CommonFlags& common, Stats& stat
   }
   stats.set("tasks_run", run_tasks);
   stats.set("lines_gathered", lines);
+  stats.set("gather_runs", gather_runs);  // sorted runs on disk: buckets past half of --memory-mb
+  stats.set("gather_merge_passes", gather_passes);  // runs merged into longer ones first: too many to merge at once
   stats.set("buckets", static_cast<uint64_t>(o.buckets));
   stats.set("seed", o.seed);
   stats.set("elapsed_sec", log_elapsed_sec() - t0);

@@ -5,8 +5,9 @@
 // sorted by (key, i), i.e. a uniformly random permutation fixed by --seed.
 // Two passes: the first writes each line to one of B temporary bucket files by
 // the top bits of its key (B, a power of two, chosen so a bucket fits in
-// --memory-mb), the second sorts each bucket in memory and appends it to the
-// output. The result depends only on the input and the seed, not on B or the
+// --memory-mb), the second sorts each bucket and appends it to the output; a
+// bucket larger than expected (a compressed input that expands more than 4x,
+// standard input) is sorted in runs on disk and merged, so memory stays bounded. The result depends only on the input and the seed, not on B or the
 // machine. Temporary files sit next to the output and are removed, also on
 // SIGINT/SIGTERM. Input: plain, .gz, .xz or .zst; "-" is standard input.
 #pragma once
@@ -22,7 +23,7 @@ namespace zlm::shuffle {
 struct ShuffleOptions {
   std::string input, output;
   uint64_t seed = 0;
-  uint64_t memory_mb = 1024;
+  double memory_mb = 1024;
 };
 
 void run(const ShuffleOptions& options, const CommonFlags& common, Stats& stats);
@@ -37,7 +38,8 @@ void run(const ShuffleOptions& options, const CommonFlags& common, Stats& stats)
 //            corpus (the earlier parts' counts), into the bucket its key's top
 //            bits choose (--work/shuffle/scatter/PART.BUCKET)
 //   gather   one task per bucket: every part's records of the bucket, sorted by
-//            (key, index), to --bucket-dir/bucket-NNNNN.jsonl
+//            (key, index) within --memory-mb (runs on disk past it, merged;
+//            tools/shuffle/bucket_sort.h), to --bucket-dir/bucket-NNNNN.jsonl
 // Each task's files are written under temporary names and renamed when
 // complete; a task whose output exists is done (a re-run skips it).
 struct ShardedOptions {
@@ -47,6 +49,7 @@ struct ShardedOptions {
   uint64_t seed = 0;
   uint32_t buckets = 64;           // a power of two
   int64_t task = -1;               // one task, or -1 for every task of the stage
+  double memory_mb = 1024;         // gather: a bucket past half of it is sorted in runs on disk, then merged
 };
 uint64_t sharded_task_count(const ShardedOptions& options);
 void run_sharded(const ShardedOptions& options, const CommonFlags& common, Stats& stats);

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Memory does not grow with the input, and output does not depend on the thread
-# count: preprocess_data (1 and 2 workers), cleanup (1 and 2 workers) and
-# near_dedup's signatures (MinHash, --memory-mb 1) on the 1000 OpenWebText fixture
+# count: preprocess_data (1 and 2 workers), cleanup (1 and 2 workers),
+# near_dedup's signatures (MinHash, --memory-mb 1) and shuffle's sharded gather
+# of one bucket (--memory-mb 1: sorted runs on disk, merged; its output equals the
+# one-machine shuffle's, which holds the input in memory) on the 1000 OpenWebText fixture
 # documents repeated 3 times (14 MB) and 30 times (142 MB). For each, the peak RSS
 # (/usr/bin/time) of the 10x larger input may exceed the smaller one's by at most
 # 8 MiB (measured: 0-6 MiB, the 2-worker pipelines' batches in flight), and the
@@ -50,11 +52,28 @@ check() {  # NAME BUILDER: BUILDER N sets CMD to the command on input xN
 pp() { CMD=("$BIN/preprocess_data" --input "$W/x$1.jsonl" "${TOK[@]}" --append-eod --workers "$WORKERS" --output-prefix "$W/pp$WORKERS.$1" -q); }
 cl() { CMD=("$BIN/cleanup" "$W/x$1.jsonl" "$W/clean$WORKERS.$1.jsonl" --workers "$WORKERS" -q); }
 sig() { CMD=("$BIN/near_dedup" signatures --shards "$W/x$1.jsonl" --work "$W/sig.$1" --memory-mb 1 -q); }
+SHUF=(--seed 7 --buckets 1 --memory-mb 1 -q)
+gather() {  # the count and scatter tasks first (not measured; done once); each measure starts from no bucket
+  mkdir -p "$W/parts$1" && ln -sf "$W/x$1.jsonl" "$W/parts$1/x.jsonl"
+  local stage
+  for stage in count scatter; do
+    "$BIN/shuffle" --sharded $stage --parts "$W/parts$1" --work "$W/shw$1" "${SHUF[@]}" || fail "shuffle $stage on x$1"
+  done
+  rm -rf "$W/shb$1"
+  CMD=("$BIN/shuffle" --sharded gather --parts "$W/parts$1" --work "$W/shw$1" --bucket-dir "$W/shb$1" "${SHUF[@]}" --stats-out "$W/shs$1.json")
+}
 for WORKERS in 1 2; do
   check "preprocess_data --workers $WORKERS" pp
   check "cleanup --workers $WORKERS" cl
 done
 check "near_dedup signatures --memory-mb 1" sig
+check "shuffle --sharded gather --memory-mb 1" gather
+grep -Eq '"gather_merge_passes": [1-9]' "$W/shs30.json" || fail "shuffle gather on x30: no run merged into a longer one ($(cat "$W/shs30.json"))"
+for n in 3 30; do
+  "$BIN/shuffle" --seed 7 "$W/x$n.jsonl" "$W/shuf$n.jsonl" -q || fail "shuffle x$n"
+  cmp -s "$W/shuf$n.jsonl" "$W/shb$n/bucket-00000.jsonl" || fail "shuffle: the gather in runs differs from the one-machine shuffle on x$n"
+done
+echo "ok: shuffle's gather in runs gives the one-machine shuffle's bytes"
 for n in 3 30; do
   cmp -s "$W/pp1.$n"_text_document.bin "$W/pp2.$n"_text_document.bin && cmp -s "$W/pp1.$n"_text_document.idx "$W/pp2.$n"_text_document.idx ||
     fail "preprocess_data: 1 and 2 workers differ on x$n"
