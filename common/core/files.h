@@ -22,4 +22,10 @@ std::string read_file(const std::string& path);
 // Size of a file in bytes; throws Error(Io) naming the path.
 uint64_t file_size(const std::string& path);
 
+// Files this process may hold open at once: its soft limit (RLIMIT_NOFILE),
+// first raised to the hard limit (as Go's runtime does at start; the soft limit
+// is often 1024 while the hard one is far higher). Tools that keep one file
+// per bucket open size their passes by it.
+uint64_t open_file_limit();
+
 }  // namespace zlm

@@ -41,13 +41,20 @@ size_t bucket_buffer(double memory_mb, uint32_t buckets) {
   return static_cast<size_t>(std::clamp<uint64_t>(budget_bytes(memory_mb) / 2 / buckets, 4096, 1 << 16));
 }
 
+// Bucket files one pass may hold open: within the open-file limit (64 kept for
+// the rest of the process) and with at least 4 KiB of buffer each in half the budget.
+uint32_t buckets_per_pass(double memory_mb, uint32_t buckets) {
+  const uint64_t fds = std::max<uint64_t>(open_file_limit(), 80) - 64;
+  return static_cast<uint32_t>(std::min<uint64_t>({buckets, fds, std::max<uint64_t>(budget_bytes(memory_mb) / 2 / 4096, 1)}));
+}
+
 // Buckets: enough that one (decompressed) bucket fits the memory budget; compressed
 // inputs are assumed to expand 4x, stdin gets 64 buckets. Returns log2 of their number.
 uint32_t bucket_bits(const ShuffleOptions& opt, const LineReader& reader, uint64_t in_bytes) {
   const uint64_t budget = budget_bytes(opt.memory_mb);
   const uint64_t expected = opt.input == "-" ? budget * 64 : in_bytes * (reader.compression() == Compression::None ? 1 : 4);
-  uint32_t bits = 0;
-  while ((expected >> bits) > budget / 2 && bits < 16) ++bits;
+  uint32_t bits = 0;  // more buckets than files may be open at once: larger buckets, sorted in runs
+  while ((expected >> bits) > budget / 2 && bits < 16 && (2u << bits) <= buckets_per_pass(opt.memory_mb, 1u << 16)) ++bits;
   return bits;
 }
 
@@ -168,13 +175,11 @@ uint64_t count_task(const ShardedOptions& o, size_t part) {
   return n;
 }
 
-uint64_t scatter_task(const ShardedOptions& o, size_t part) {
-  uint64_t first = 0;  // the part's first line's index in the whole corpus
-  for (size_t p = 0; p < part; ++p) first += read_count(count_path(o, p));
-  const uint64_t expected = read_count(count_path(o, part));
+// One pass of a scatter task: the part's records of buckets [lo, hi) to their
+// files, finished (not yet published). Returns the part's lines.
+uint64_t scatter_pass(const ShardedOptions& o, size_t part, uint64_t first, uint32_t lo, uint32_t hi, std::vector<std::unique_ptr<OutputFile>>& out) {
   const uint32_t bits = bucket_bits_of(o.buckets);
-  std::vector<std::unique_ptr<OutputFile>> out;
-  for (uint32_t b = 0; b < o.buckets; ++b) out.push_back(std::make_unique<OutputFile>(scatter_path(o, part, b), bucket_buffer(o.memory_mb, o.buckets)));
+  for (uint32_t b = lo; b < hi; ++b) out[b] = std::make_unique<OutputFile>(scatter_path(o, part, b), bucket_buffer(o.memory_mb, hi - lo));
   std::vector<uint64_t> records(o.buckets, 0);
   LineReader reader(o.parts[part]);
   std::string_view line;
@@ -183,21 +188,36 @@ uint64_t scatter_task(const ShardedOptions& o, size_t part) {
     const uint64_t index = first + n++;
     const uint64_t key = line_key(o.seed, index);
     const uint32_t b = bits == 0 ? 0 : static_cast<uint32_t>(key >> (64 - bits));
+    if (b < lo || b >= hi) continue;
     const uint64_t header[3] = {key, index, line.size()};
     out[b]->write(header, sizeof header);
     out[b]->write(line);
     ++records[b];
   }
-  if (n != expected)
-    throw Error(ErrorKind::Usage, "%s has %lu lines, %lu when it was counted ---> HINT: it changed since the count stage: remove %s/shuffle "
-                "and re-run", o.parts[part].c_str(), (unsigned long)n, (unsigned long)expected, o.work.c_str());
-  for (uint32_t b = 0; b < o.buckets; ++b) {
+  for (uint32_t b = lo; b < hi; ++b) {
     out[b]->write(&records[b], 8);
     out[b]->write(kScatterEnd, 8);
+    out[b]->finish();  // closed: the next pass's files take its descriptor
   }
-  for (auto& f : out) f->finish();  // every bucket complete before any appears
-  for (auto& f : out) f->publish();
   return n;
+}
+
+// A scatter task in passes over its part, each over as many buckets as may be open at once.
+uint64_t scatter_task(const ShardedOptions& o, size_t part, uint64_t& passes) {
+  uint64_t first = 0;  // the part's first line's index in the whole corpus
+  for (size_t p = 0; p < part; ++p) first += read_count(count_path(o, p));
+  const uint64_t expected = read_count(count_path(o, part));
+  const uint32_t per_pass = buckets_per_pass(o.memory_mb, o.buckets);
+  std::vector<std::unique_ptr<OutputFile>> out(o.buckets);
+  for (uint32_t lo = 0; lo < o.buckets; lo += per_pass) {
+    const uint64_t n = scatter_pass(o, part, first, lo, std::min(o.buckets, lo + per_pass), out);
+    if (n != expected)
+      throw Error(ErrorKind::Usage, "%s has %lu lines, %lu when it was counted ---> HINT: it changed since the count stage: remove %s/shuffle "
+                  "and re-run", o.parts[part].c_str(), (unsigned long)n, (unsigned long)expected, o.work.c_str());
+    ++passes;
+  }
+  for (auto& f : out) f->publish();  // every bucket complete before any appears
+  return expected;
 }
 
 // The records' bytes of a scattered bucket file (what precedes its trailer: the
@@ -256,7 +276,7 @@ void run_sharded(const ShardedOptions& o, const CommonFlags& common, Stats& stat
   check_distinct_paths({{"--stats-out", common.stats_out}}, inputs);
   std::filesystem::create_directories(o.work + "/shuffle/counts");
   std::filesystem::create_directories(std::filesystem::path(scatter_path(o, 0, 0)).parent_path());
-  uint64_t lines = 0, run_tasks = 0, gather_runs = 0, gather_passes = 0;
+  uint64_t lines = 0, run_tasks = 0, scatter_passes = 0, gather_runs = 0, gather_passes = 0;
   for (const std::string& st : stages) {
     ShardedOptions one = o;
     one.stage = st;
@@ -281,7 +301,7 @@ void run_sharded(const ShardedOptions& o, const CommonFlags& common, Stats& stat
         ZLM_LOG_INF("%s %lu: done already (%s)", st.c_str(), (unsigned long)t, done.c_str());
         continue;
       }
-      const uint64_t got = st == "count" ? count_task(o, t) : st == "scatter" ? scatter_task(o, t) : gather_task(o, static_cast<uint32_t>(t), gather_runs, gather_passes);
+      const uint64_t got = st == "count" ? count_task(o, t) : st == "scatter" ? scatter_task(o, t, scatter_passes) : gather_task(o, static_cast<uint32_t>(t), gather_runs, gather_passes);
       ZLM_LOG_INF("%s %lu: %lu lines", st.c_str(), (unsigned long)t, (unsigned long)got);
       if (st == "gather") lines += got;
       ++run_tasks;
@@ -289,6 +309,7 @@ void run_sharded(const ShardedOptions& o, const CommonFlags& common, Stats& stat
   }
   stats.set("tasks_run", run_tasks);
   stats.set("lines_gathered", lines);
+  stats.set("scatter_passes", scatter_passes);  // reads of the parts: buckets past the open-file limit take several
   stats.set("gather_runs", gather_runs);  // sorted runs on disk: buckets past half of --memory-mb
   stats.set("gather_merge_passes", gather_passes);  // runs merged into longer ones first: too many to merge at once
   stats.set("buckets", static_cast<uint64_t>(o.buckets));

@@ -36,7 +36,9 @@ void run(const ShuffleOptions& options, const CommonFlags& common, Stats& stats)
 //   count    one task per part: its line count (--work/shuffle/counts/)
 //   scatter  one task per part: each line, keyed by its index in the whole
 //            corpus (the earlier parts' counts), into the bucket its key's top
-//            bits choose (--work/shuffle/scatter/PART.BUCKET)
+//            bits choose (--work/shuffle/scatter/PART.BUCKET); in several passes
+//            over the part when the buckets outnumber the files it may hold open
+//            or the 4 KiB write buffers half of --memory-mb holds
 //   gather   one task per bucket: every part's records of the bucket, sorted by
 //            (key, index) within --memory-mb (runs on disk past it, merged;
 //            tools/shuffle/bucket_sort.h), to --bucket-dir/bucket-NNNNN.jsonl
