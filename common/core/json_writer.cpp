@@ -11,19 +11,38 @@
 namespace zlm {
 namespace {
 void append_u16(std::string& out, uint32_t unit) {
-  char buf[16];
-  std::snprintf(buf, sizeof buf, "\\u%04x", unit);
-  out += buf;
+  static constexpr char kHex[] = "0123456789abcdef";
+  const char buf[6] = {'\\', 'u', kHex[(unit >> 12) & 15], kHex[(unit >> 8) & 15], kHex[(unit >> 4) & 15], kHex[unit & 15]};
+  out.append(buf, sizeof buf);
 }
+
+// Bytes written as they are: from 0x20 up but '"' and '\\', in the table for
+// ASCII-only output (plain[1]) below 0x80 only.
+struct PlainBytes {
+  bool plain[2][256] = {};
+  constexpr PlainBytes() {
+    for (int c = 0x20; c < 0x100; ++c) {
+      plain[0][c] = c != '"' && c != '\\';  // DEL (0x7F) too, as Python's json.dumps
+      plain[1][c] = c < 0x80 && plain[0][c];
+    }
+  }
+};
+constexpr PlainBytes kPlainBytes;
 }  // namespace
 
 void append_json_string(std::string& out, std::string_view s, bool ascii_only) {
   out.reserve(out.size() + s.size() + 2);
   out.push_back('"');
+  const bool* plain = kPlainBytes.plain[ascii_only ? 1 : 0];
   size_t i = 0;
   while (i < s.size()) {
+    size_t run = i;  // a run of plain bytes goes in one append
+    while (run < s.size() && plain[static_cast<unsigned char>(s[run])]) ++run;
+    out.append(s.data() + i, run - i);
+    if (run == s.size()) break;
+    i = run;
     auto c = static_cast<unsigned char>(s[i]);
-    if (c >= 0x80 && ascii_only) {
+    if (c >= 0x80) {  // ascii_only: the code point as \uXXXX (a surrogate pair past the BMP)
       uint32_t cp = 0;
       size_t len = utf8_decode(s.substr(i), &cp);
       if (len == 0) {
@@ -48,9 +67,7 @@ void append_json_string(std::string& out, std::string_view s, bool ascii_only) {
       case '\t': out += "\\t"; break;
       case '\b': out += "\\b"; break;
       case '\f': out += "\\f"; break;
-      default:
-        if (c < 0x20) append_u16(out, c);
-        else out.push_back(static_cast<char>(c));
+      default: append_u16(out, c);
     }
     ++i;
   }

@@ -18,9 +18,12 @@ namespace zlm {
 namespace {
 
 // Temporary paths still open, for the signal handler. Fixed-size table of
-// C strings so the handler only touches async-signal-safe state.
-constexpr int kMaxTemps = 256;
+// C strings so the handler only touches async-signal-safe state; room for a
+// shuffle's 65,536 buckets and then some (1 MiB of pointers, in pages touched
+// only as slots are used). An OutputFile knows its slot: no search to free it.
+constexpr int kMaxTemps = 1 << 17;
 char* g_temps[kMaxTemps];
+int g_next_slot = 0;  // where the search for a free slot starts
 std::mutex g_temps_mutex;
 std::once_flag g_handler_once;
 
@@ -44,27 +47,28 @@ void install_handler() {
   }
 }
 
-void register_temp(const std::string& path) {
+// The path's slot, or -1 when the table is full (the file is then not removed on a signal).
+int register_temp(const std::string& path) {
   std::call_once(g_handler_once, install_handler);
   std::lock_guard<std::mutex> lock(g_temps_mutex);
-  for (auto& slot : g_temps) {
-    if (!slot) {
-      slot = strdup(path.c_str());
-      return;
+  for (int n = 0; n < kMaxTemps; ++n) {
+    const int i = (g_next_slot + n) % kMaxTemps;
+    if (!g_temps[i]) {
+      g_temps[i] = strdup(path.c_str());
+      g_next_slot = (i + 1) % kMaxTemps;
+      return i;
     }
   }
+  return -1;
 }
 
-void unregister_temp(const std::string& path) {
+void unregister_temp(int& slot) {
+  if (slot < 0) return;
   std::lock_guard<std::mutex> lock(g_temps_mutex);
-  for (auto& slot : g_temps) {
-    if (slot && path == slot) {
-      char* p = slot;
-      slot = nullptr;
-      free(p);
-      return;
-    }
-  }
+  char* p = g_temps[slot];
+  g_temps[slot] = nullptr;
+  free(p);
+  slot = -1;
 }
 
 }  // namespace
@@ -83,10 +87,10 @@ OutputFile::OutputFile(std::string path, size_t buffer_bytes) : path_(std::move(
     return;
   }
   temp_path_ = path_ + ".tmp." + std::to_string(getpid());
-  register_temp(temp_path_);
+  temp_slot_ = register_temp(temp_path_);
   fd_ = ::open(temp_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd_ < 0) {
-    unregister_temp(temp_path_);
+    unregister_temp(temp_slot_);
     throw_errno("cannot create output file", temp_path_);
   }
   buffer_.reserve(buffer_bytes);
@@ -138,7 +142,7 @@ void OutputFile::finish() {
       fd_ = -1;
       return;  // standard output stays open; finished_ stays false: nothing to publish
     }
-    if (::fsync(fd_) != 0 && errno != EINVAL) throw_errno("cannot sync output file", temp_path_);
+    if (sync_ && ::fsync(fd_) != 0 && errno != EINVAL) throw_errno("cannot sync output file", temp_path_);
     const int fd = fd_;
     fd_ = -1;
     if (::close(fd) != 0) throw_errno("cannot close output file", temp_path_);
@@ -160,7 +164,7 @@ void OutputFile::publish() {
     throw_errno("cannot rename output into place", path_);
   }
   finished_ = false;
-  unregister_temp(temp_path_);
+  unregister_temp(temp_slot_);
 }
 
 void OutputFile::commit() {
@@ -179,7 +183,7 @@ void OutputFile::abandon() {
   }
   finished_ = false;
   ::unlink(temp_path_.c_str());
-  unregister_temp(temp_path_);
+  unregister_temp(temp_slot_);
 }
 
 void check_distinct_paths(const std::vector<NamedPath>& outputs, const std::vector<NamedPath>& inputs) {

@@ -49,6 +49,9 @@ class OutputFile {
   void publish();
   // Removes the temporary file; the final name is left untouched.
   void abandon();
+  // For scratch files this process reads back and removes (sorted runs,
+  // temporary buckets): finish() does not fsync, since a crash loses them anyway.
+  void skip_sync() { sync_ = false; }
 
   const std::string& path() const { return path_; }
   const std::string& temp_path() const { return temp_path_; }
@@ -60,6 +63,8 @@ class OutputFile {
   std::string path_, temp_path_;
   int fd_ = -1;
   bool finished_ = false;  // finish() done, publish() not yet
+  int temp_slot_ = -1;     // the temporary's entry in the signal handler's table
+  bool sync_ = true;
   std::vector<char> buffer_;
   uint64_t bytes_written_ = 0;
 };

@@ -60,7 +60,8 @@ HWY_INLINE void pass(const uint32_t* xs, size_t n, const PermutationTable& t, si
   const size_t lanes = hn::Lanes(d);
   Block<D32> b[NV > 0 ? NV : 1];
   for (int j = 0; j < NV; ++j) b[j] = load_block(d, t, base + j * lanes);
-  Block<DT> tail = load_block(dt, t, base + NV * lanes);
+  Block<DT> tail;
+  if constexpr (kTail) tail = load_block(dt, t, base + NV * lanes);  // past the table's padding otherwise
   for (size_t s = 0; s < n; ++s) {
     for (int j = 0; j < NV; ++j) step(d, b[j], hn::Set(d, xs[s]));
     if constexpr (kTail) step(dt, tail, hn::Set(dt, xs[s]));

@@ -71,6 +71,10 @@ BucketSorter::~BucketSorter() = default;  // the run files' OutputFiles remove t
 void BucketSorter::add(uint64_t key, uint64_t index, std::string_view line) {
   const uint64_t held = data_.size() + held_.size() * sizeof(Held);
   if (!held_.empty() && held + line.size() + sizeof(Held) > budget_ / 2) spill();
+  if (held_.empty()) {  // room for half the budget at once: growing by doubling would hold twice that while it copies
+    data_.reserve(budget_ / 2);
+    held_.reserve(budget_ / 2 / sizeof(Held));
+  }
   held_.push_back({key, index, data_.size(), line.size()});
   data_.append(line);
   ++added_;
@@ -83,6 +87,7 @@ void BucketSorter::sort_held() {
 // A new run file (written, then read back by its temporary name until the sorter goes).
 OutputFile& BucketSorter::new_run() {
   runs_.push_back(std::make_unique<OutputFile>(run_prefix_ + std::to_string(run_names_++), static_cast<size_t>(std::min<uint64_t>(budget_ / 4, 1 << 20))));
+  runs_.back()->skip_sync();
   return *runs_.back();
 }
 
@@ -101,7 +106,6 @@ void BucketSorter::spill() {
   bytes_spilled_ += data_.size();
   held_.clear();
   data_.clear();
-  data_.shrink_to_fit();  // the budget's bytes go to the merge's buffers next
 }
 
 uint64_t BucketSorter::finish(OutputFile& out) {
@@ -114,10 +118,14 @@ uint64_t BucketSorter::finish(OutputFile& out) {
     return held_.size();
   }
   if (!held_.empty()) spill();
+  std::string().swap(data_);  // the budget's bytes go to the merge's buffers
+  std::vector<Held>().swap(held_);
   // Each run being merged holds a read buffer and its current line: as many runs at once as
   // half the budget holds; more are first merged in groups into longer runs.
+  // At most as many as may be open (64 descriptors left to the rest of the process).
   const uint64_t per_run = kMergeBuffer + bytes_spilled_ / std::max<uint64_t>(added_, 1) * 2;
-  const size_t fan_in = static_cast<size_t>(std::max<uint64_t>(budget_ / 2 / per_run, 2));
+  const uint64_t open_files = open_file_limit() > 66 ? open_file_limit() - 64 : 2;
+  const size_t fan_in = static_cast<size_t>(std::clamp<uint64_t>(budget_ / 2 / per_run, 2, open_files));
   while (runs_.size() > fan_in) {
     std::vector<std::unique_ptr<OutputFile>> group(std::make_move_iterator(runs_.begin()), std::make_move_iterator(runs_.begin() + fan_in));
     runs_.erase(runs_.begin(), runs_.begin() + fan_in);

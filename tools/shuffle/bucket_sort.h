@@ -12,11 +12,14 @@
 // writes the lines in (key, index) order, sorting in memory when no run was
 // written and merging the runs otherwise. A run being merged holds a 16 KiB read
 // buffer and its current line: as many runs are merged at once as half the
-// budget holds for the average line (at least 2), and more runs than that are
+// budget holds for the average line (at least 2) and the open-file limit
+// allows (common/core/files.h; 64 left to the rest), and more runs than that are
 // first merged in groups into longer runs (one more read and write of the data
 // per pass). The output does not depend on the budget: keys and indexes are
-// distinct, so the order is total. Memory: about the budget, plus the longest
-// lines at the heads of the runs being merged. RecordReader streams records through a fixed buffer and
+// distinct, so the order is total. Memory: the records held (half the budget,
+// reserved at once), a run's write buffer (a quarter, at most 1 MiB), then the
+// merge's buffers and heads (half), plus the longest lines at the heads of the
+// runs being merged; the caller's RecordReader is its own. RecordReader streams records through a fixed buffer and
 // names the file and byte offset of a record cut short or longer than the file.
 #pragma once
 

@@ -41,10 +41,13 @@ size_t bucket_buffer(double memory_mb, uint32_t buckets) {
   return static_cast<size_t>(std::clamp<uint64_t>(budget_bytes(memory_mb) / 2 / buckets, 4096, 1 << 16));
 }
 
+// The read buffer of a bucket's records: an eighth of the budget, 4 KiB to 1 MiB.
+size_t reader_buffer(double memory_mb) { return static_cast<size_t>(std::clamp<uint64_t>(budget_bytes(memory_mb) / 8, 4096, 1 << 20)); }
+
 // Bucket files one pass may hold open: within the open-file limit (64 kept for
-// the rest of the process) and with at least 4 KiB of buffer each in half the budget.
+// the rest of the process; half of a limit under 128) and with at least 4 KiB of buffer each in half the budget.
 uint32_t buckets_per_pass(double memory_mb, uint32_t buckets) {
-  const uint64_t fds = std::max<uint64_t>(open_file_limit(), 80) - 64;
+  const uint64_t limit = open_file_limit(), fds = limit > 128 ? limit - 64 : std::max<uint64_t>(limit / 2, 1);
   return static_cast<uint32_t>(std::min<uint64_t>({buckets, fds, std::max<uint64_t>(budget_bytes(memory_mb) / 2 / 4096, 1)}));
 }
 
@@ -81,7 +84,10 @@ uint64_t shuffle_through_buckets(LineReader& reader, const ShuffleOptions& opt, 
   const uint32_t buckets = 1u << bits;
   ZLM_LOG_INF("two-pass shuffle through %u temporary buckets next to %s", buckets, opt.output.c_str());
   std::vector<std::unique_ptr<OutputFile>> parts;
-  for (uint32_t b = 0; b < buckets; ++b) parts.push_back(std::make_unique<OutputFile>(opt.output + ".bucket" + std::to_string(b), bucket_buffer(opt.memory_mb, buckets)));
+  for (uint32_t b = 0; b < buckets; ++b) {
+    parts.push_back(std::make_unique<OutputFile>(opt.output + ".bucket" + std::to_string(b), bucket_buffer(opt.memory_mb, buckets)));
+    parts.back()->skip_sync();  // read back and removed by this run
+  }
   std::string_view line;
   uint64_t lines = 0;
   while (reader.next(line)) {
@@ -94,12 +100,12 @@ uint64_t shuffle_through_buckets(LineReader& reader, const ShuffleOptions& opt, 
     progress.add(1, line.size() + 1);
     progress.maybe_report();
   }
+  for (auto& part : parts) part->finish();  // closed (descriptors and buffers free for the sorting), read back by the temporary name
   Record rec;
   for (uint32_t b = 0; b < buckets; ++b) {
-    parts[b]->finish();  // read back by its temporary name, removed with its OutputFile
     const std::string& path = parts[b]->temp_path();
     BucketSorter sorter(budget_bytes(opt.memory_mb), opt.output + ".bucket" + std::to_string(b) + ".run");
-    RecordReader in(path, file_size(path));
+    RecordReader in(path, file_size(path), reader_buffer(opt.memory_mb));
     while (in.next(rec)) sorter.add(rec.key, rec.index, rec.line);
     sorter.finish(out);
     parts[b].reset();
@@ -229,8 +235,11 @@ std::pair<uint64_t, uint64_t> scatter_body(const std::string& path) {
     const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) throw_errno("cannot open", path);
     const ssize_t got = ::pread(fd, trailer, sizeof trailer, static_cast<off_t>(size - 16));
+    const int err = errno;
     ::close(fd);
-    if (got != 16) throw_errno("cannot read the end of", path);
+    errno = err;
+    if (got < 0) throw_errno("cannot read the end of", path);
+    if (got != 16) throw Error(ErrorKind::Format, "%s: the file shrank while it was read (%lu bytes, then %ld at the end)", path.c_str(), (unsigned long)size, (long)got);
   }
   if (size < 16 || std::memcmp(trailer + 8, kScatterEnd, 8) != 0)
     throw Error(ErrorKind::Format, "%s: no end marker: the file is truncated ---> HINT: remove it and re-run its scatter task", path.c_str());
@@ -243,7 +252,7 @@ uint64_t gather_task(const ShardedOptions& o, uint32_t bucket, uint64_t& runs, u
   for (size_t part = 0; part < o.parts.size(); ++part) {
     const std::string path = scatter_path(o, part, bucket);
     const auto [body, want] = scatter_body(path);
-    RecordReader in(path, body);
+    RecordReader in(path, body, reader_buffer(o.memory_mb));
     uint64_t got = 0;
     for (; in.next(rec); ++got) sorter.add(rec.key, rec.index, rec.line);
     if (got != want) throw Error(ErrorKind::Format, "%s: %lu records, its end marker says %lu", path.c_str(), (unsigned long)got, (unsigned long)want);
