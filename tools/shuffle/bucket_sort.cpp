@@ -63,18 +63,15 @@ bool RecordReader::next(Record& r) {
   return true;
 }
 
-BucketSorter::BucketSorter(uint64_t budget_bytes, std::string run_prefix)
-    : budget_(std::max<uint64_t>(budget_bytes, 1 << 16)), run_prefix_(std::move(run_prefix)) {}
+BucketSorter::BucketSorter(uint64_t budget_bytes, std::string run_prefix, uint64_t expected_bytes)
+    : budget_(std::max<uint64_t>(budget_bytes, 1 << 16)), expected_(expected_bytes), run_prefix_(std::move(run_prefix)) {}
 
 BucketSorter::~BucketSorter() = default;  // the run files' OutputFiles remove them
 
 void BucketSorter::add(uint64_t key, uint64_t index, std::string_view line) {
   const uint64_t held = data_.size() + held_.size() * sizeof(Held);
   if (!held_.empty() && held + line.size() + sizeof(Held) > budget_ / 2) spill();
-  if (held_.empty()) {  // room for half the budget at once: growing by doubling would hold twice that while it copies
-    data_.reserve(budget_ / 2);
-    held_.reserve(budget_ / 2 / sizeof(Held));
-  }
+  if (held_.empty()) data_.reserve(std::min(budget_ / 2, expected_));  // growing by doubling would hold more while it copies
   held_.push_back({key, index, data_.size(), line.size()});
   data_.append(line);
   ++added_;

@@ -16,8 +16,10 @@
 // allows (common/core/files.h; 64 left to the rest), and more runs than that are
 // first merged in groups into longer runs (one more read and write of the data
 // per pass). The output does not depend on the budget: keys and indexes are
-// distinct, so the order is total. Memory: the records held (half the budget,
-// reserved at once), a run's write buffer (a quarter, at most 1 MiB), then the
+// distinct, so the order is total. Memory: the records held (half the budget;
+// the lines' bytes reserved at once, as much of it as the expected size needs,
+// so that a doubling buffer never holds 1.5 times it), a run's write buffer (a
+// quarter, at most 1 MiB), then the
 // merge's buffers and heads (half), plus the longest lines at the heads of the
 // runs being merged; the caller's RecordReader is its own. RecordReader streams records through a fixed buffer and
 // names the file and byte offset of a record cut short or longer than the file.
@@ -59,7 +61,9 @@ class RecordReader {
 
 class BucketSorter {
  public:
-  BucketSorter(uint64_t budget_bytes, std::string run_prefix);
+  static constexpr uint64_t kUnknownSize = UINT64_MAX;
+  // `expected_bytes`: about how many bytes will be added (lines, or a file of records), when known.
+  BucketSorter(uint64_t budget_bytes, std::string run_prefix, uint64_t expected_bytes = kUnknownSize);
   ~BucketSorter();
   void add(uint64_t key, uint64_t index, std::string_view line);
   // Writes every line added, each followed by '\n', in (key, index) order. Returns the lines.
@@ -79,7 +83,7 @@ class BucketSorter {
   void spill();
   template <typename Sink>
   uint64_t merge(const std::vector<std::unique_ptr<OutputFile>>& runs, Sink&& sink);
-  uint64_t budget_;
+  uint64_t budget_, expected_;
   std::string run_prefix_;
   std::vector<Held> held_;
   std::string data_;

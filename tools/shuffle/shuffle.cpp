@@ -63,8 +63,9 @@ uint32_t bucket_bits(const ShuffleOptions& opt, const LineReader& reader, uint64
 
 // Every line with its key into one BucketSorter (sorted in memory when the input
 // fits the budget, in runs next to the output otherwise). Returns the lines.
-uint64_t shuffle_in_one_bucket(LineReader& reader, const ShuffleOptions& opt, OutputFile& out, Progress& progress) {
-  BucketSorter sorter(budget_bytes(opt.memory_mb), opt.output + ".run");
+uint64_t shuffle_in_one_bucket(LineReader& reader, const ShuffleOptions& opt, uint64_t in_bytes, OutputFile& out, Progress& progress) {
+  const bool sized = reader.compression() == Compression::None && opt.input != "-" && in_bytes > 0;  // a pipe stats as 0 bytes
+  BucketSorter sorter(budget_bytes(opt.memory_mb), opt.output + ".run", sized ? in_bytes : BucketSorter::kUnknownSize);
   std::string_view line;
   uint64_t lines = 0;
   while (reader.next(line)) {
@@ -104,9 +105,12 @@ uint64_t shuffle_through_buckets(LineReader& reader, const ShuffleOptions& opt, 
   Record rec;
   for (uint32_t b = 0; b < buckets; ++b) {
     const std::string& path = parts[b]->temp_path();
-    BucketSorter sorter(budget_bytes(opt.memory_mb), opt.output + ".bucket" + std::to_string(b) + ".run");
-    RecordReader in(path, file_size(path), reader_buffer(opt.memory_mb));
-    while (in.next(rec)) sorter.add(rec.key, rec.index, rec.line);
+    const uint64_t size = file_size(path);
+    BucketSorter sorter(budget_bytes(opt.memory_mb), opt.output + ".bucket" + std::to_string(b) + ".run", size);
+    {  // the reader's buffer and descriptor go before the merge
+      RecordReader in(path, size, reader_buffer(opt.memory_mb));
+      while (in.next(rec)) sorter.add(rec.key, rec.index, rec.line);
+    }
     sorter.finish(out);
     parts[b].reset();
   }
@@ -126,7 +130,7 @@ void run(const ShuffleOptions& opt, const CommonFlags& common, Stats& stats) {
   Progress progress({.label = "lines", .total_bytes = reader.compression() == Compression::None ? in_bytes : 0,
                      .interval_sec = common.progress_sec, .enabled = !common.no_progress && !common.quiet});
   OutputFile out(opt.output);
-  const uint64_t lines = bits == 0 ? shuffle_in_one_bucket(reader, opt, out, progress) : shuffle_through_buckets(reader, opt, bits, out, progress);
+  const uint64_t lines = bits == 0 ? shuffle_in_one_bucket(reader, opt, in_bytes, out, progress) : shuffle_through_buckets(reader, opt, bits, out, progress);
   progress.finish();
   out.commit();
   stats.set("lines", lines);
@@ -247,11 +251,18 @@ std::pair<uint64_t, uint64_t> scatter_body(const std::string& path) {
 }
 
 uint64_t gather_task(const ShardedOptions& o, uint32_t bucket, uint64_t& runs, uint64_t& passes) {
-  BucketSorter sorter(budget_bytes(o.memory_mb), strprintf("%s/bucket-%05u.run", std::filesystem::path(scatter_path(o, 0, 0)).parent_path().c_str(), bucket));
+  std::vector<std::pair<uint64_t, uint64_t>> bodies;  // each part's record bytes and count, checked before any is read
+  uint64_t bytes = 0;
+  for (size_t part = 0; part < o.parts.size(); ++part) {
+    bodies.push_back(scatter_body(scatter_path(o, part, bucket)));
+    bytes += bodies.back().first;
+  }
+  BucketSorter sorter(budget_bytes(o.memory_mb), strprintf("%s/bucket-%05u.run", std::filesystem::path(scatter_path(o, 0, 0)).parent_path().c_str(), bucket),
+                      bytes);
   Record rec;
   for (size_t part = 0; part < o.parts.size(); ++part) {
     const std::string path = scatter_path(o, part, bucket);
-    const auto [body, want] = scatter_body(path);
+    const auto [body, want] = bodies[part];
     RecordReader in(path, body, reader_buffer(o.memory_mb));
     uint64_t got = 0;
     for (; in.next(rec); ++got) sorter.add(rec.key, rec.index, rec.line);
