@@ -113,11 +113,39 @@ void low32_fewer_repeats(std::span<const uint64_t> hashes, std::vector<uint32_t>
   filter.finish();
 }
 
+void sort_unique_hashes(std::vector<uint64_t>& h) {
+  const size_t n = h.size();
+  if (n < 256) {
+    std::sort(h.begin(), h.end());
+  } else {
+    uint32_t bits = 1;  // about two values per bucket
+    while ((size_t{1} << (bits + 1)) <= n / 2 && bits < 20) ++bits;
+    const uint32_t shift = 64 - bits;
+    std::vector<uint32_t> start((size_t{1} << bits) + 1, 0);
+    for (uint64_t x : h) ++start[(x >> shift) + 1];
+    for (size_t b = 1; b < start.size(); ++b) start[b] += start[b - 1];
+    std::vector<uint64_t> out(n);
+    std::vector<uint32_t> at(start.begin(), start.end() - 1);
+    for (uint64_t x : h) out[at[x >> shift]++] = x;
+    for (size_t b = 0; b + 1 < start.size(); ++b) {  // each bucket in order: a few values, or repeats
+      uint64_t* first = out.data() + start[b];
+      const size_t len = start[b + 1] - start[b];
+      if (len > 16) {
+        std::sort(first, first + len);
+        continue;
+      }
+      for (size_t i = 1; i < len; ++i)
+        for (size_t j = i; j > 0 && first[j] < first[j - 1]; --j) std::swap(first[j], first[j - 1]);
+    }
+    h.swap(out);
+  }
+  h.erase(std::unique(h.begin(), h.end()), h.end());
+}
+
 std::vector<uint64_t> shingle_set(std::string_view text, uint32_t char_ngram) {
   std::vector<uint64_t> h;
   shingle_hashes(text, char_ngram, h);
-  std::sort(h.begin(), h.end());
-  h.erase(std::unique(h.begin(), h.end()), h.end());
+  sort_unique_hashes(h);
   return h;
 }
 

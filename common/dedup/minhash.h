@@ -22,7 +22,7 @@
 //
 // Cost: signature O(chars * num_seeds), the permutations vectorised
 // (common/dedup/minhash_kernel.h), no allocation once the scratch buffers have
-// grown; shingle_set O(chars log chars). Thread-safe (const).
+// grown; shingle_set O(chars) expected (sort_unique_hashes). Thread-safe (const).
 #pragma once
 
 #include <cstdint>
@@ -68,6 +68,10 @@ void shingle_hashes(std::string_view text, uint32_t char_ngram, std::vector<uint
 // (`slots`, at most kRepeatSlots entries, cache-resident) last held the same value.
 constexpr size_t kRepeatSlots = 8192;
 void low32_fewer_repeats(std::span<const uint64_t> hashes, std::vector<uint32_t>& slots, std::vector<uint32_t>& out);
+// Sorts h and removes repeats, in expected linear time for uniformly spread
+// values such as hashes (a counting pass by the top bits into about one bucket per
+// two values, then each bucket sorted); any input gives std::sort + std::unique's result.
+void sort_unique_hashes(std::vector<uint64_t>& h);
 // Sorted, de-duplicated shingle hashes.
 std::vector<uint64_t> shingle_set(std::string_view text, uint32_t char_ngram);
 

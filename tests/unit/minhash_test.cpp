@@ -128,6 +128,23 @@ TEST(LowBitsFewerRepeats, EveryValueKeptInFirstOccurrenceOrder) {
   }
 }
 
+// Against std::sort + std::unique: hashes, hashes with many repeats, values crowded in
+// a few top-bit buckets (past the buckets' insertion sort), and sizes around the cut-over.
+TEST(SortUniqueHashes, EqualsSortAndUnique) {
+  std::mt19937_64 rng(23);
+  for (size_t n : {0u, 1u, 255u, 256u, 257u, 1000u, 70000u}) {
+    for (int kind = 0; kind < 3; ++kind) {
+      std::vector<uint64_t> h(n);
+      for (auto& x : h) x = kind == 0 ? rng() : kind == 1 ? rng() % 50 * 0x0123456789ABCDEFull : (rng() >> 60) << 60 | rng() % 1000;
+      std::vector<uint64_t> want = h;
+      std::sort(want.begin(), want.end());
+      want.erase(std::unique(want.begin(), want.end()), want.end());
+      sort_unique_hashes(h);
+      EXPECT_EQ(h, want) << "n=" << n << " kind=" << kind;
+    }
+  }
+}
+
 TEST(Jaccard, ModesAndEmptySets) {
   std::vector<uint64_t> a{1, 2, 3, 4}, b{3, 4, 5};
   EXPECT_DOUBLE_EQ(jaccard(a, b, JaccardMode::Union), 2.0 / 5);
