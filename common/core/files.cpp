@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 
 #include "common/core/error.h"
@@ -59,6 +60,8 @@ uint64_t open_file_limit() {
   }
   return lim.rlim_cur == RLIM_INFINITY ? uint64_t{1} << 20 : static_cast<uint64_t>(lim.rlim_cur);
 }
+
+uint64_t usable_open_files() { return std::max<uint64_t>(open_file_limit(), 66) - 64; }
 
 uint64_t file_size(const std::string& path) {
   struct stat st {};

@@ -24,8 +24,10 @@ uint64_t file_size(const std::string& path);
 
 // Files this process may hold open at once: its soft limit (RLIMIT_NOFILE),
 // first raised to the hard limit (as Go's runtime does at start; the soft limit
-// is often 1024 while the hard one is far higher). Tools that keep one file
-// per bucket open size their passes by it.
+// is often 1024 while the hard one is far higher).
 uint64_t open_file_limit();
+// Of those, how many a tool may keep open for its own buckets or sorted runs:
+// the limit less 64 for the rest of the process, at least 2.
+uint64_t usable_open_files();
 
 }  // namespace zlm

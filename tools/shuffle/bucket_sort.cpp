@@ -63,6 +63,12 @@ bool RecordReader::next(Record& r) {
   return true;
 }
 
+void write_record(OutputFile& out, uint64_t key, uint64_t index, std::string_view line) {
+  const uint64_t header[3] = {key, index, line.size()};
+  out.write(header, sizeof header);
+  out.write(line);
+}
+
 BucketSorter::BucketSorter(uint64_t budget_bytes, std::string run_prefix, uint64_t expected_bytes)
     : budget_(std::max<uint64_t>(budget_bytes, 1 << 16)), expected_(expected_bytes), run_prefix_(std::move(run_prefix)) {}
 
@@ -86,12 +92,6 @@ OutputFile& BucketSorter::new_run() {
   runs_.push_back(std::make_unique<OutputFile>(run_prefix_ + std::to_string(run_names_++), static_cast<size_t>(std::min<uint64_t>(budget_ / 4, 1 << 20))));
   runs_.back()->skip_sync();
   return *runs_.back();
-}
-
-void write_record(OutputFile& run, uint64_t key, uint64_t index, std::string_view line) {
-  const uint64_t header[3] = {key, index, line.size()};
-  run.write(header, sizeof header);
-  run.write(line);
 }
 
 // The records held, sorted, to a new run file.
@@ -121,8 +121,7 @@ uint64_t BucketSorter::finish(OutputFile& out) {
   // half the budget holds; more are first merged in groups into longer runs.
   // At most as many as may be open (64 descriptors left to the rest of the process).
   const uint64_t per_run = kMergeBuffer + bytes_spilled_ / std::max<uint64_t>(added_, 1) * 2;
-  const uint64_t open_files = open_file_limit() > 66 ? open_file_limit() - 64 : 2;
-  const size_t fan_in = static_cast<size_t>(std::clamp<uint64_t>(budget_ / 2 / per_run, 2, open_files));
+  const size_t fan_in = static_cast<size_t>(std::clamp<uint64_t>(budget_ / 2 / per_run, 2, usable_open_files()));
   while (runs_.size() > fan_in) {
     std::vector<std::unique_ptr<OutputFile>> group(std::make_move_iterator(runs_.begin()), std::make_move_iterator(runs_.begin() + fan_in));
     runs_.erase(runs_.begin(), runs_.begin() + fan_in);

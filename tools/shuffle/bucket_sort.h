@@ -19,10 +19,10 @@
 // distinct, so the order is total. Memory: the records held (half the budget;
 // the lines' bytes reserved at once, as much of it as the expected size needs,
 // so that a doubling buffer never holds 1.5 times it), a run's write buffer (a
-// quarter, at most 1 MiB), then the
-// merge's buffers and heads (half), plus the longest lines at the heads of the
-// runs being merged; the caller's RecordReader is its own. RecordReader streams records through a fixed buffer and
-// names the file and byte offset of a record cut short or longer than the file.
+// quarter, at most 1 MiB), then the merge's buffers and heads (half), plus the
+// longest lines at the heads of the runs being merged; the caller's RecordReader
+// is its own. RecordReader streams records through a fixed buffer and names the
+// file and byte offset of a record cut short or longer than the file.
 #pragma once
 
 #include <cstdint>
@@ -39,6 +39,9 @@ struct Record {
   uint64_t key = 0, index = 0;
   std::string line;
 };
+
+// Appends one record (its header, then the line) to `out`.
+void write_record(OutputFile& out, uint64_t key, uint64_t index, std::string_view line);
 
 class RecordReader {
  public:

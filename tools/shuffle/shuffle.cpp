@@ -44,11 +44,10 @@ size_t bucket_buffer(double memory_mb, uint32_t buckets) {
 // The read buffer of a bucket's records: an eighth of the budget, 4 KiB to 1 MiB.
 size_t reader_buffer(double memory_mb) { return static_cast<size_t>(std::clamp<uint64_t>(budget_bytes(memory_mb) / 8, 4096, 1 << 20)); }
 
-// Bucket files one pass may hold open: within the open-file limit (64 kept for
-// the rest of the process; half of a limit under 128) and with at least 4 KiB of buffer each in half the budget.
+// Bucket files one pass may hold open: within the open-file limit (usable_open_files)
+// and with at least 4 KiB of buffer each in half the budget.
 uint32_t buckets_per_pass(double memory_mb, uint32_t buckets) {
-  const uint64_t limit = open_file_limit(), fds = limit > 128 ? limit - 64 : std::max<uint64_t>(limit / 2, 1);
-  return static_cast<uint32_t>(std::min<uint64_t>({buckets, fds, std::max<uint64_t>(budget_bytes(memory_mb) / 2 / 4096, 1)}));
+  return static_cast<uint32_t>(std::min<uint64_t>({buckets, usable_open_files(), std::max<uint64_t>(budget_bytes(memory_mb) / 2 / 4096, 1)}));
 }
 
 // Buckets: enough that one (decompressed) bucket fits the memory budget; compressed
@@ -56,8 +55,9 @@ uint32_t buckets_per_pass(double memory_mb, uint32_t buckets) {
 uint32_t bucket_bits(const ShuffleOptions& opt, const LineReader& reader, uint64_t in_bytes) {
   const uint64_t budget = budget_bytes(opt.memory_mb);
   const uint64_t expected = opt.input == "-" ? budget * 64 : in_bytes * (reader.compression() == Compression::None ? 1 : 4);
-  uint32_t bits = 0;  // more buckets than files may be open at once: larger buckets, sorted in runs
-  while ((expected >> bits) > budget / 2 && bits < 16 && (2u << bits) <= buckets_per_pass(opt.memory_mb, 1u << 16)) ++bits;
+  const uint32_t most = buckets_per_pass(opt.memory_mb, 1u << 16);  // no more buckets than may be open at once: larger ones are sorted in runs
+  uint32_t bits = 0;
+  while ((expected >> bits) > budget / 2 && bits < 16 && (2u << bits) <= most) ++bits;
   return bits;
 }
 
@@ -94,9 +94,7 @@ uint64_t shuffle_through_buckets(LineReader& reader, const ShuffleOptions& opt, 
   while (reader.next(line)) {
     const uint64_t key = line_key(opt.seed, lines);
     OutputFile& part = *parts[key >> (64 - bits)];
-    const uint64_t header[3] = {key, lines, line.size()};
-    part.write(header, sizeof header);
-    part.write(line);
+    write_record(part, key, lines, line);
     ++lines;
     progress.add(1, line.size() + 1);
     progress.maybe_report();
@@ -199,9 +197,7 @@ uint64_t scatter_pass(const ShardedOptions& o, size_t part, uint64_t first, uint
     const uint64_t key = line_key(o.seed, index);
     const uint32_t b = bits == 0 ? 0 : static_cast<uint32_t>(key >> (64 - bits));
     if (b < lo || b >= hi) continue;
-    const uint64_t header[3] = {key, index, line.size()};
-    out[b]->write(header, sizeof header);
-    out[b]->write(line);
+    write_record(*out[b], key, index, line);
     ++records[b];
   }
   for (uint32_t b = lo; b < hi; ++b) {

@@ -526,10 +526,6 @@ struct RankPieces {
   std::vector<size_t> sub_group_of;                        // ZeRO 3: each flat's group
 };
 
-// ZeRO 1 and 2: each group's flat vector padded to a multiple of 2 x ranks and cut evenly; each
-// rank holds the padding inside its piece (the last rank's, or several ranks' when there are
-// more ranks than numbers to spare). Weights are saved without it, the moments with it (as
-// DeepSpeed does).
 // [start, start + len) of a flat vector, zeros past its end (the alignment padding): a new tensor
 // of `len` numbers, so that no rank's piece copies the whole vector.
 torch::Tensor padded_slice(const torch::Tensor& flat, int64_t start, int64_t len) {
@@ -549,6 +545,10 @@ std::vector<GroupFlats> group_flats(const std::vector<Group>& groups) {
   return out;
 }
 
+// ZeRO 1 and 2: each group's flat vector padded to a multiple of 2 x ranks and cut evenly; each
+// rank holds the padding inside its piece (the last rank's, or several ranks' when there are
+// more ranks than numbers to spare). Weights are saved without it, the moments with it (as
+// DeepSpeed does).
 RankPieces flat_pieces(const std::vector<Group>& groups, const std::vector<GroupFlats>& flats, int64_t d, int64_t dp) {
   RankPieces r;
   for (size_t gi = 0; gi < groups.size(); ++gi) {
