@@ -33,7 +33,10 @@ std::string model_file(int64_t tp, bool stage3, int64_t dp = 0) {
                 : strprintf("mp_rank_%02ld_model_states.pt", (long)tp);
 }
 
-std::string optim_file(int64_t tp, int64_t dp) { return strprintf("zero_pp_rank_%ld_mp_rank_%02ld_optim_states.pt", (long)dp, (long)tp); }
+// bf16: the name DeepSpeed gives the files of an engine with bf16 on (the only one its bf16 engine looks for).
+std::string optim_file(int64_t tp, int64_t dp, bool bf16 = false) {
+  return strprintf("%szero_pp_rank_%ld_mp_rank_%02ld_optim_states.pt", bf16 ? "bf16_" : "", (long)dp, (long)tp);
+}
 
 // Data-parallel rank D's optimizer file of tensor-parallel rank TT, for every D present, in rank order.
 std::vector<fs::path> optim_files(const fs::path& tag, int64_t tp) {
@@ -297,6 +300,78 @@ bool is_deepspeed_checkpoint(const std::string& dir) {
 
 namespace {
 
+// The module's parameters in the order torch's optimizer numbers them, per group: one group (the
+// module's order), or Megatron's two (matrices, then biases and LayerNorms).
+std::vector<std::vector<std::string>> megatron_groups(const PyValue& module, size_t groups) {
+  std::vector<std::vector<std::string>> out(groups);
+  for (const auto& [k, v] : module.entries)
+    if (v->is(PyValue::Kind::Tensor)) out[groups == 1 || v->tensor.dim() >= 2 ? 0 : 1].push_back(k->as_str());
+  return out;
+}
+
+// What the optimizer of an engine without ZeRO saved in the model file: torch's state dict, or
+// DeepSpeed's fp16/bf16 wrapper of it with fp32 master weights, one per parameter
+// (FP16_UnfusedOptimizer's fp32_groups) or one flat vector per group (FP16_Optimizer's
+// fp32_groups_flat, whose Adam state is one entry per group). Moments are kept only when every
+// parameter has them in its own shape; an optimizer laid out otherwise gives neither.
+struct ModuleOptimizer {
+  std::map<std::string, torch::Tensor> master;
+  std::map<std::string, std::pair<torch::Tensor, torch::Tensor>> moments;
+  int64_t step = 0;
+};
+ModuleOptimizer module_optimizer(const PyValue& module, const PyValue* opt) {
+  const PyValue* masters = opt && opt->is(PyValue::Kind::Dict) ? opt->find("fp32_groups") : nullptr;
+  const bool flat = !masters && opt && opt->is(PyValue::Kind::Dict) && (masters = opt->find("fp32_groups_flat"));
+  const PyValue* torch_opt = masters ? opt->find("optimizer_state_dict") : opt;
+  const PyValue* pg = torch_opt && torch_opt->is(PyValue::Kind::Dict) ? torch_opt->find("param_groups") : nullptr;
+  if (!pg || !pg->is(PyValue::Kind::List) || pg->items.empty() || pg->items.size() > 2) return {};
+  const auto groups = megatron_groups(module, pg->items.size());
+  const PyValue* state = torch_opt->find("state");
+  ModuleOptimizer out;
+  bool all = true;
+  int64_t index = 0;
+  for (size_t g = 0; g < groups.size(); ++g) {
+    const PyValue* params = pg->items[g]->find("params");
+    if (!params || params->items.size() != (flat ? 1 : groups[g].size())) return {};
+    std::vector<torch::Tensor> ws;
+    for (const std::string& name : groups[g]) ws.push_back(module.at(name).as_tensor());
+    int64_t total = 0;
+    for (const torch::Tensor& w : ws) total += w.numel();
+    const std::optional<AdamEntry> group_entry = flat ? adam_entry(state, index++, total) : std::nullopt;
+    if (masters && (!masters->is(PyValue::Kind::List) || masters->items.size() != groups.size()))
+      throw Error(ErrorKind::Format, "the optimizer's fp32 master weights are %s, for %zu parameter groups", masters->describe().c_str(), groups.size());
+    const PyValue* group_masters = masters ? masters->items[g].get() : nullptr;
+    if (group_masters && (flat ? group_masters->as_tensor().numel() < total : group_masters->items.size() != ws.size()))
+      throw Error(ErrorKind::Format, "the optimizer's fp32 master weights of group %zu are %s, for %zu parameters of %ld numbers", g,
+                  group_masters->describe().c_str(), ws.size(), (long)total);
+    int64_t offset = 0;
+    for (size_t i = 0; i < ws.size(); ++i) {
+      const std::string& name = groups[g][i];
+      const int64_t n = ws[i].numel();
+      if (group_masters) {
+        const torch::Tensor m = (flat ? group_masters->as_tensor().flatten().narrow(0, offset, n) : group_masters->items[i]->as_tensor()).to(torch::kFloat);
+        if (m.numel() != n)
+          throw Error(ErrorKind::Format, "the fp32 master weight of %s holds %ld numbers, the parameter %ld", name.c_str(), (long)m.numel(), (long)n);
+        out.master[name] = m.reshape(ws[i].sizes());
+      }
+      if (flat && group_entry) {
+        out.moments[name] = {group_entry->exp_avg.narrow(0, offset, n).view(ws[i].sizes()), group_entry->exp_avg_sq.narrow(0, offset, n).view(ws[i].sizes())};
+        out.step = group_entry->step;
+      } else if (!flat) {
+        const auto e = adam_entry(state, index++, n);
+        if (e && e->shaped_as(ws[i].sizes())) {
+          out.moments[name] = {e->exp_avg.view(ws[i].sizes()), e->exp_avg_sq.view(ws[i].sizes())};
+          out.step = e->step;
+        }
+      }
+      all = all && out.moments.count(name);
+      offset += n;
+    }
+  }
+  if (!all) out.moments.clear();
+  return out;
+}
+
 // Reads one DeepSpeed checkpoint directory into an ImportedModel, tensor-parallel
 // rank by rank: from the ZeRO partitions where there are any, else from the
 // pipeline's layer files or the module.
@@ -370,44 +445,22 @@ class DeepSpeedReader {
     from_partitions(tp, states, mfile, files, [](const std::string& name) { return name; });
   }
 
-  // Without ZeRO the weights are the module's, and Adam's state (where there is one) is torch's
-  // optimizer state in the model file: one entry per parameter, numbered through the optimizer's
-  // groups. Those are read as Megatron forms them (decay on matrices, then biases and LayerNorms,
-  // each in the module's order; or one group of every parameter), and kept only when every
-  // entry's shape is its parameter's.
+  // Without ZeRO the weights are the module's, or the fp32 master weights that DeepSpeed's fp16
+  // and bf16 optimizers keep beside it, and Adam's state is in the model file too
+  // (module_optimizer).
   void from_module(int64_t tp, const PyValue& states, const fs::path& mfile) {
     const PyValue& module = states.at("module");
-    const PyValue* opt = states.find("optimizer");
-    const std::vector<std::string> order = adam_order(module, opt);
-    std::map<std::string, std::pair<torch::Tensor, torch::Tensor>> moments;
-    const PyValue* state = opt && !order.empty() ? opt->find("state") : nullptr;
-    for (size_t i = 0; state && i < order.size(); ++i) {
-      const torch::Tensor& w = module.at(order[i]).as_tensor();
-      const auto e = adam_entry(state, static_cast<int64_t>(i), w.numel());
-      if (!e || !e->shaped_as(w.sizes())) break;
-      moments[order[i]] = {e->exp_avg.view(w.sizes()), e->exp_avg_sq.view(w.sizes())};
-      m_.adam_step = e->step;
-    }
-    if (order.empty() || moments.size() != order.size()) moments_ = false, moments.clear();
+    const ModuleOptimizer o = naming(mfile, [&] { return module_optimizer(module, states.find("optimizer")); });
+    if (o.moments.empty()) moments_ = false;
+    if (!o.moments.empty()) m_.adam_step = o.step;
     for (const auto& [k, v] : module.entries) {
-      const auto it = moments.find(k->as_str());
-      join_.add(tp, 0, k->as_str(), v->is(PyValue::Kind::Tensor) ? v->as_tensor() : torch::Tensor(), mfile.string(),
-                it != moments.end() ? it->second.first : torch::Tensor(), it != moments.end() ? it->second.second : torch::Tensor());
+      const std::string name = k->as_str();
+      const auto w = o.master.find(name);
+      const auto m = o.moments.find(name);
+      const torch::Tensor weight = w != o.master.end() ? w->second : v->is(PyValue::Kind::Tensor) ? v->as_tensor() : torch::Tensor();
+      join_.add(tp, 0, name, weight, mfile.string(), m != o.moments.end() ? m->second.first : torch::Tensor(),
+                m != o.moments.end() ? m->second.second : torch::Tensor());
     }
-  }
-
-  // The parameter names in the order torch's optimizer state numbers them: one group (the
-  // module's order), or Megatron's two (matrices, then the rest); empty: another layout.
-  static std::vector<std::string> adam_order(const PyValue& module, const PyValue* opt) {
-    const PyValue* groups = opt ? opt->find("param_groups") : nullptr;
-    if (!groups || !groups->is(PyValue::Kind::List) || groups->items.empty() || groups->items.size() > 2) return {};
-    std::vector<std::string> decay, rest;
-    for (const auto& [k, v] : module.entries)
-      if (v->is(PyValue::Kind::Tensor)) (groups->items.size() == 1 || v->tensor.dim() >= 2 ? decay : rest).push_back(k->as_str());
-    const PyValue* first = groups->items[0]->find("params");
-    if (!first || first->items.size() != decay.size()) return {};
-    decay.insert(decay.end(), rest.begin(), rest.end());
-    return decay;
   }
 
   // The pipeline engine's model-states and optim files are per model-parallel rank, which
@@ -439,7 +492,11 @@ class DeepSpeedReader {
       PyValue f = load_torch_file(files[d].string());
       const PyValue& osd = f.at("optimizer_state_dict");
       if (d == 0) {
-        *layout = partitioning_of(int_value(osd.at("zero_stage"), files[d].string() + ": zero_stage"), files[d].string());
+        // DeepSpeed's BF16_Optimizer (ZeRO 1's layout, padding kept in the weights) records no stage.
+        const PyValue* stage = osd.find("zero_stage");
+        *layout = !stage && osd.find("single_partition_of_fp32_groups")
+                      ? Partitioning::kFlatGroups
+                      : partitioning_of(int_value(osd.at("zero_stage"), files[d].string() + ": zero_stage"), files[d].string());
         const PyValue& count = osd.at("partition_count");
         int64_t world = 0;
         if (count.is(PyValue::Kind::List))
@@ -659,6 +716,45 @@ std::shared_ptr<PyValue> loss_scaler(const DeepSpeedRun& run) {
   return py_object("deepspeed.runtime.fp16.loss_scaler.DynamicLossScaler", f);
 }
 
+// Without ZeRO, the fp32 engine saves torch's AdamW state as it is: one entry per parameter, in
+// its shape, numbered through the groups.
+std::shared_ptr<PyValue> per_parameter_adamw_state(const std::vector<Group>& groups, const PyValue& module, const DeepSpeedRun& run) {
+  RankPieces whole;
+  for (size_t g = 0; g < groups.size(); ++g)
+    for (size_t i = 0; i < groups[g].names.size(); ++i) {
+      const auto shape = module.at(groups[g].names[i]).tensor.sizes();
+      whole.m.push_back(groups[g].m[i].view(shape)), whole.v.push_back(groups[g].v[i].view(shape)), whole.sub_group_of.push_back(g);
+    }
+  return adamw_state(groups, whole, run);
+}
+
+// Without ZeRO, an fp16 or bf16 engine over a fused Adam (Megatron-DeepSpeed's, apex's or
+// DeepSpeed's FusedAdam) wraps it in FP16_Optimizer, which saves in the model file's `optimizer`
+// the loss scale (fp16 only), the inner optimizer's state over one flat fp32 vector per group, and
+// those vectors: the master weights.
+std::shared_ptr<PyValue> fused_fp16_optimizer_state(const std::vector<Group>& groups, const DeepSpeedRun& run) {
+  auto o = py_dict();
+  auto put = [&](const char* k, std::shared_ptr<PyValue> v) { o->entries.emplace_back(py_str(k), std::move(v)); };
+  if (run.fp16) {
+    put("dynamic_loss_scale", py_bool(run.dynamic_loss_scale));
+    put("cur_scale", py_float(run.loss_scale));
+    put("cur_iter", py_int(run.iteration));
+    if (run.dynamic_loss_scale) {
+      put("last_overflow_iter", py_int(run.iteration - 1));  // the scale's window starts at the next step
+      put("scale_factor", py_float(2.0));
+      put("scale_window", py_int(run.loss_scale_window));
+    }
+  }
+  RankPieces flats;  // one flat parameter per group: the state's entry g is group g's
+  for (const GroupFlats& f : group_flats(groups)) flats.w.push_back(f.w), flats.m.push_back(f.m), flats.v.push_back(f.v);
+  put("optimizer_state_dict", adamw_state(groups, flats, run));
+  auto masters = py_list();
+  for (const torch::Tensor& w : flats.w) masters->items.push_back(py_tensor(w));
+  put("fp32_groups_flat", masters);
+  put("clip_grad", py_float(run.clip_grad));
+  return o;
+}
+
 // Rank D's optim-states file.
 PyValue optim_states(const std::vector<Group>& groups, const RankPieces& r, const DeepSpeedRun& run, const std::shared_ptr<PyValue>& ds_config) {
   const bool flat = run.stage < 3;
@@ -722,9 +818,14 @@ PyValue model_states(const std::shared_ptr<PyValue>& module, const std::vector<G
   top.kind = PyValue::Kind::Dict;
   auto put = [&](const char* k, std::shared_ptr<PyValue> v) { top.entries.emplace_back(py_str(k), std::move(v)); };
   std::shared_ptr<PyValue> mod = module;
-  if (stage3) {
+  const bool low = run.fp16 || run.bf16;  // the module holds the training dtype's weights
+  if (stage3 || low) {
+    const auto dtype = run.bf16 ? torch::kBFloat16 : run.fp16 ? torch::kHalf : torch::kFloat;
     mod = py_dict();
-    for (const auto& [k, v] : module->entries) mod->entries.emplace_back(k, v->is(PyValue::Kind::Tensor) ? py_tensor(torch::empty({0})) : v);
+    for (const auto& [k, v] : module->entries) {
+      if (!v->is(PyValue::Kind::Tensor)) mod->entries.emplace_back(k, v);
+      else mod->entries.emplace_back(k, py_tensor(stage3 ? torch::empty({0}, dtype) : v->tensor.to(dtype)));
+    }
   }
   put("module", mod);
   put("buffer_names", py_list());
@@ -794,14 +895,9 @@ void write_deepspeed_part(const std::string& tag_dir, const MegatronPart& part, 
                                               run.weight_decay);
   const std::shared_ptr<PyValue> config = ds_config_of(run);
   const fs::path tag(tag_dir);
-  if (run.stage == 0) {  // no partitions: torch's AdamW state, one entry per parameter, in the model file
-    RankPieces whole;
-    for (size_t g = 0; g < groups.size(); ++g)
-      for (size_t i = 0; i < groups[g].names.size(); ++i) {
-        const auto shape = module->at(groups[g].names[i]).tensor.sizes();
-        whole.m.push_back(groups[g].m[i].view(shape)), whole.v.push_back(groups[g].v[i].view(shape)), whole.sub_group_of.push_back(g);
-      }
-    save_torch_file((tag / model_file(part.tp_rank, false)).string(), model_states(module, groups, part, run, config, adamw_state(groups, whole, run)));
+  if (run.stage == 0) {  // no partitions: the optimizer's state is in the model file
+    const auto optimizer = run.fp16 || run.bf16 ? fused_fp16_optimizer_state(groups, run) : per_parameter_adamw_state(groups, *module, run);
+    save_torch_file((tag / model_file(part.tp_rank, false)).string(), model_states(module, groups, part, run, config, optimizer));
     return;
   }
   if (run.stage < 3) save_torch_file((tag / model_file(part.tp_rank, false)).string(), model_states(module, groups, part, run, config, nullptr));
@@ -810,7 +906,7 @@ void write_deepspeed_part(const std::string& tag_dir, const MegatronPart& part, 
     if (run.stage == 3)
       save_torch_file((tag / model_file(part.tp_rank, true, d)).string(), model_states(module, groups, part, run, config, nullptr));
     const RankPieces r = run.stage == 3 ? per_parameter_pieces(groups, d, run.dp_size) : flat_pieces(groups, flats, d, run.dp_size);
-    save_torch_file((tag / optim_file(part.tp_rank, d)).string(), optim_states(groups, r, run, config));
+    save_torch_file((tag / optim_file(part.tp_rank, d, run.bf16)).string(), optim_states(groups, r, run, config));
   }
 }
 

@@ -28,10 +28,17 @@
 // lacks (its attention heads are in no tensor's shape): it is refused saying
 // so. Names are Megatron's (megatron_format.h).
 //
+// fp16 and bf16 engines keep fp32 master weights beside a 16-bit `module`: without ZeRO
+// in the model file's `optimizer` (FP16_Optimizer: one flat vector per group;
+// FP16_UnfusedOptimizer: one per parameter), with ZeRO in the partitions, which bf16
+// engines name bf16_zero_pp_rank_D_mp_rank_TT_optim_states.pt (BF16_Optimizer too, with no
+// stage recorded and the padding kept in its weights). Those master weights are read.
+//
 // Written (pretrain_gpt --ckpt-format deepspeed, convert_gpt --export-deepspeed):
-// the same files for ZeRO 0-3 and any tensor-parallel size, as DeepSpeed 0.19's fp32
-// engine writes them for megatron-core's GPTModel and torch's AdamW in
-// Megatron's two groups, with the state its load_checkpoint restores.
+// the same files for ZeRO 0-3 and any tensor-parallel size, as DeepSpeed 0.19's engine of
+// the run's precision writes them for megatron-core's GPTModel and torch's AdamW in
+// Megatron's two groups (without ZeRO in fp16/bf16: FP16_Optimizer, the wrapper of a
+// fused Adam), with the state its load_checkpoint restores.
 #pragma once
 
 #include <map>
@@ -59,7 +66,7 @@ struct DeepSpeedRun {
   int64_t dp_size = 1, iteration = 0, adam_step = 0;
   int64_t micro_batch = 0, global_batch = 0;  // for ds_config; 0: not said
   double lr = 0, weight_decay = 0.01, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, clip_grad = 0;
-  bool fp16 = false, bf16 = false;
+  bool fp16 = false, bf16 = false;  // the files of DeepSpeed's fp16 / bf16 engine
   bool dynamic_loss_scale = false;  // fp16's DynamicLossScaler (its window starts afresh), else a static LossScaler
   double loss_scale = 1.0, min_loss_scale = 1.0;
   int64_t loss_scale_window = 1000, hysteresis = 2;

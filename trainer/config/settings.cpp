@@ -271,10 +271,6 @@ TrainConfig make_train_config(const TrainArgs& flags, int world_size) {
     c.warnings.push_back("no --vocab-file: GPT-2's own vocabulary (" + a.vocab_file + "); give the one your data was tokenized with "
                          "if it was another");
   }
-  if (a.ckpt_format == "deepspeed" && (a.fp16 || a.bf16))
-    c.warnings.push_back(strprintf("--ckpt-format deepspeed with %s: the files hold the fp32 weights and Adam's state as DeepSpeed's fp32 "
-                                   "engine keeps them; its %s engine keeps another layout and does not load them (zero_to_fp32.py and "
-                                   "pretrain_gpt --load do)", a.fp16 ? "--fp16" : "--bf16", a.fp16 ? "fp16" : "bf16"));
   if (a.sequence_parallel && a.tensor_model_parallel_size == 1) {
     c.notes.push_back("--sequence-parallel has no effect with --tensor-model-parallel-size 1 (disabled, as in Megatron)");
     a.sequence_parallel = false;

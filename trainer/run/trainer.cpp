@@ -634,10 +634,12 @@ void Trainer::save() {
   const CheckpointFormat format = checkpoint_format(a_.ckpt_format);
   DeepSpeedRun ds;
   if (format == CheckpointFormat::kDeepSpeed) {
-    ds = deepspeed_run(a_, st_, cfg_.zero.number(), pl_.bf16);
-    ds.fp16 = pl_.fp16;
-    ds.dynamic_loss_scale = pl_.fp16 && a_.loss_scale <= 0;
-    if (pl_.fp16) ds.loss_scale = scaler_.scale();
+    // The layout of the precision asked for, which DeepSpeed's engine of that precision looks for,
+    // also where CPU training fell back to fp32 (the files hold fp32 master weights either way).
+    ds = deepspeed_run(a_, st_, cfg_.zero.number(), a_.bf16);
+    ds.fp16 = a_.fp16;
+    ds.dynamic_loss_scale = a_.fp16 && a_.loss_scale <= 0;
+    if (a_.fp16) ds.loss_scale = pl_.fp16 ? scaler_.scale() : a_.loss_scale > 0 ? a_.loss_scale : a_.initial_loss_scale;
   }
   save_checkpoint(a_.save, model_, *engine_, *grid_, rng_, st_, saves_++, format, &ds);
 }
