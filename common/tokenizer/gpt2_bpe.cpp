@@ -148,6 +148,79 @@ uint64_t mix(uint64_t x) {
 }
 }  // namespace
 
+// The whole tokens of up to 16 bytes (Impl::whole), looked up with one memory access: each
+// slot holds the token's bytes, its length and its id. A string of n bytes is keyed by two
+// loads that overlap when n is not their size (never past its end), which together hold all n
+// bytes; with n in the slot that key is one string's alone. Tokens of up to 8 bytes (78% of
+// GPT-2's) sit in 16-byte slots, longer ones in 24-byte slots; linear probing, half full or less.
+class ShortTokens {
+ public:
+  void build(const std::vector<std::pair<std::string_view, int32_t>>& tokens) {
+    size_t n8 = 0;
+    for (const auto& t : tokens) n8 += t.first.size() <= 8;
+    small_.assign(capacity(n8), Small{});
+    large_.assign(capacity(tokens.size() - n8), Large{});
+    for (const auto& [b, id] : tokens) {
+      if (b.size() <= 8) {
+        const uint64_t k = key8(b.data(), b.size());
+        size_t i = home(k, b.size(), small_.size());
+        while (small_[i].len != 0) i = (i + 1) & (small_.size() - 1);
+        small_[i] = Small{k, id, static_cast<uint32_t>(b.size())};
+      } else {
+        const uint64_t k0 = load8(b.data()), k1 = load8(b.data() + b.size() - 8);
+        size_t i = home(mix16(k0, k1), b.size(), large_.size());
+        while (large_[i].len != 0) i = (i + 1) & (large_.size() - 1);
+        large_[i] = Large{k0, k1, id, static_cast<uint32_t>(b.size())};
+      }
+    }
+  }
+  // The id of the whole token spelled `p`, 2 to 16 bytes; -1 when it is none.
+  int32_t find(const char* p, size_t n) const {
+    if (n <= 8) {
+      const uint64_t k = key8(p, n);
+      for (size_t i = home(k, n, small_.size());; i = (i + 1) & (small_.size() - 1)) {
+        const Small& s = small_[i];
+        if (s.key == k && s.len == n) return s.id;
+        if (s.len == 0) return -1;
+      }
+    }
+    const uint64_t k0 = load8(p), k1 = load8(p + n - 8);
+    for (size_t i = home(mix16(k0, k1), n, large_.size());; i = (i + 1) & (large_.size() - 1)) {
+      const Large& s = large_[i];
+      if (s.k0 == k0 && s.k1 == k1 && s.len == n) return s.id;
+      if (s.len == 0) return -1;
+    }
+  }
+
+ private:
+  struct Small {
+    uint64_t key = 0;
+    int32_t id = -1;
+    uint32_t len = 0;  // 0: empty
+  };
+  struct Large {
+    uint64_t k0 = 0, k1 = 0;
+    int32_t id = -1;
+    uint32_t len = 0;
+  };
+  static uint64_t load8(const char* p) { uint64_t v; std::memcpy(&v, p, 8); return v; }
+  static uint64_t load4(const char* p) { uint32_t v; std::memcpy(&v, p, 4); return v; }
+  static uint64_t key8(const char* p, size_t n) {  // n in 1..8
+    if (n >= 4) return load4(p) | (load4(p + n - 4) << 32);
+    return static_cast<uint8_t>(p[0]) | (static_cast<uint64_t>(static_cast<uint8_t>(p[n / 2])) << 8) |
+           (static_cast<uint64_t>(static_cast<uint8_t>(p[n - 1])) << 16);
+  }
+  static size_t capacity(size_t n) {  // at most about two thirds full: GPT-2's 39,333 short tokens take 1 MiB
+    size_t cap = 16;
+    while (cap * 2 < n * 3) cap <<= 1;
+    return cap;
+  }
+  static uint64_t mix16(uint64_t k0, uint64_t k1) { return k0 ^ (k1 * 0x9E3779B97F4A7C15ULL); }
+  static size_t home(uint64_t k, size_t n, size_t cap) { return ((k + n) * 0xff51afd7ed558ccdULL >> 32) & (cap - 1); }
+  std::vector<Small> small_;
+  std::vector<Large> large_;
+};
+
 struct Gpt2Bpe::Impl {
   // symbol id -> bytes: symbol_bytes[symbol_start[id], symbol_start[id + 1]) (one arena: saving and
   // reading the model back copy two arrays instead of making 50,000 strings).
@@ -178,6 +251,22 @@ struct Gpt2Bpe::Impl {
   size_t merges = 0;
   int32_t eod = -1;
   bool well_formed = true;
+  // Per symbol: 1 when it is a vocabulary token whose own bytes BPE merges back into it alone.
+  // A piece with those bytes then encodes as that one id without merging (tiktoken looks a piece
+  // up in its vocabulary first too). For GPT-2's files every token is one; the flag keeps the
+  // result BPE's for files where some are not.
+  std::vector<uint8_t> whole;
+  ShortTokens short_tokens;  // those of up to 16 bytes, for encode_piece (built from `whole`, not saved)
+  void mark_whole_tokens();
+  void index_whole_tokens();
+  // The symbol of a piece of 17 to 64 bytes that is a whole token (xxh: XXH3 of its bytes), or -1.
+  int32_t whole_token(std::string_view piece, uint64_t xxh) const {
+    for (uint64_t i = xxh & id_mask;; i = (i + 1) & id_mask) {
+      const int32_t id = id_slots[i];
+      if (id < 0) return -1;
+      if (symbol(static_cast<size_t>(id)) == piece) return whole[static_cast<size_t>(id)] ? id : -1;
+    }
+  }
 
   // The slot of `bytes`: its id's, or the empty one where it would go.
   size_t id_slot(std::string_view bytes) const {
@@ -423,7 +512,7 @@ namespace {
 
 // The format's name and version: change it with the layout below (serialize), so that a model
 // saved by another build is parsed again rather than misread.
-constexpr char kModelMagic[8] = {'Z', 'L', 'M', 'B', 'P', 'E', '0', '3'};
+constexpr char kModelMagic[8] = {'Z', 'L', 'M', 'B', 'P', 'E', '0', '4'};
 
 struct Writer {
   std::string out;
@@ -492,6 +581,7 @@ std::string Gpt2Bpe::Impl::serialize() const {
   w.put_vector(id_slots);
   w.put_vector(pairs);
   w.put_vector(result_of);
+  w.put_vector(whole);
   return std::move(w.out);
 }
 
@@ -512,8 +602,12 @@ bool Gpt2Bpe::Impl::deserialize(std::string_view bytes) {
   r.get_vector(id_slots);
   r.get_vector(pairs);
   r.get_vector(result_of);
-  return r.ok && r.in.empty() && id_slots.size() == id_mask + 1 && pairs.size() == pair_mask + 1 && result_of.size() == merges &&
-         num_symbols() >= 256;
+  r.get_vector(whole);
+  if (!r.ok || !r.in.empty() || id_slots.size() != id_mask + 1 || pairs.size() != pair_mask + 1 || result_of.size() != merges ||
+      num_symbols() < 256 || whole.size() != num_symbols())
+    return false;
+  index_whole_tokens();
+  return true;
 }
 
 // The saved model at `path` when it is the one of these files (`key`) and its payload is whole.
@@ -561,6 +655,8 @@ Gpt2Bpe Gpt2Bpe::load(const std::string& vocab_path, const std::string& merges_p
   Impl& m = *bpe.impl_;
   m.load_vocab(vocab_text, vocab_path);
   m.index_merges(m.read_merges(merges_text, merges_path, vocab_path), merges_path);
+  m.mark_whole_tokens();
+  m.index_whole_tokens();
   if (!saved.empty()) m.save(saved, key);
   return bpe;
 }
@@ -654,6 +750,26 @@ void Gpt2Bpe::Impl::bpe_heap(const int32_t* init, size_t n, std::vector<int32_t>
   for (int32_t i = 0; i >= 0; i = nodes[i].next) out.push_back(out_id(nodes[i].value));
 }
 
+void Gpt2Bpe::Impl::mark_whole_tokens() {
+  whole.assign(num_symbols(), 0);
+  std::vector<int32_t> init, out;
+  for (int32_t id = 0; id < vocab_limit && static_cast<size_t>(id) < num_symbols(); ++id) {
+    const std::string_view b = symbol(static_cast<size_t>(id));
+    if (b.size() < 2 || b.size() > kShortPiece) continue;  // one byte has its own path; long pieces stay with BPE
+    init.clear(), out.clear();
+    for (char c : b) init.push_back(byte_symbol[static_cast<uint8_t>(c)]);
+    bpe_short(init.data(), init.size(), out);
+    whole[static_cast<size_t>(id)] = out.size() == 1 && out[0] == id;
+  }
+}
+
+void Gpt2Bpe::Impl::index_whole_tokens() {
+  std::vector<std::pair<std::string_view, int32_t>> tokens;
+  for (size_t id = 0; id < whole.size(); ++id)
+    if (whole[id] && symbol(id).size() <= 16) tokens.emplace_back(symbol(id), static_cast<int32_t>(id));
+  short_tokens.build(tokens);
+}
+
 void Gpt2Bpe::encode_piece(std::string_view piece, std::vector<int32_t>& out, BpeCache* cache) const {
   const Impl& m = *impl_;
   if (piece.empty()) return;
@@ -661,11 +777,23 @@ void Gpt2Bpe::encode_piece(std::string_view piece, std::vector<int32_t>& out, Bp
     out.push_back(m.out_id(m.byte_symbol[static_cast<uint8_t>(piece[0])]));
     return;
   }
-  const bool cacheable = cache && piece.size() <= kShortPiece;
-  const uint64_t h = cacheable ? BpeCache::hash(piece) : 0;
+  if (piece.size() <= 16) {
+    if (const int32_t id = m.short_tokens.find(piece.data(), piece.size()); id >= 0) {
+      out.push_back(id);
+      return;
+    }
+  }
+  const bool shortp = piece.size() <= kShortPiece;
+  const uint64_t xxh = shortp ? XXH3_64bits(piece.data(), piece.size()) : 0;
+  if (shortp && piece.size() > 16) {
+    if (const int32_t id = m.whole_token(piece, xxh); id >= 0) {
+      out.push_back(id);
+      return;
+    }
+  }
+  const bool cacheable = cache && shortp;
+  const uint64_t h = xxh ? xxh : 1;  // BpeCache::hash(piece)
   if (cacheable && cache->find(piece, h, out)) return;
-  // Whole piece already a vocab symbol reachable by merges? Still run BPE: the
-  // merges decide, not the vocab.
   int32_t init_buf[kShortPiece];
   std::vector<int32_t> init_vec;
   const int32_t* init = init_buf;

@@ -248,6 +248,47 @@ TEST(Gpt2Bpe, TwoTokensWithOneIdAsMegatron) {
   EXPECT_EQ(bpe.decode({0}), "b");
 }
 
+// A piece that is a vocabulary token encodes as that token without merging only where BPE of its
+// bytes gives it back: "abc" is in this vocabulary, but "b c" merges first and "a bc" is no merge.
+TEST(Gpt2Bpe, WholeTokenOnlyWhereTheMergesMakeIt) {
+  test::TempDir dir;
+  test::spit(dir.path("v.json"), vocab_with_all_bytes(R"("a": 0, "b": 1, "c": 2, "ab": 3, "bc": 4, "abc": 5, "xy": 6)", 7));
+  test::spit(dir.path("m.txt"), "#version: 0.2\nb c\na b\nab c\nx y\n");
+  const auto bpe = Gpt2Bpe::load(dir.path("v.json"), dir.path("m.txt"));
+  EXPECT_EQ(enc(bpe, "abc"), (std::vector<int32_t>{0, 4}));
+  EXPECT_EQ(enc(bpe, "abc"), bpe.encode_piece_reference("abc"));
+  EXPECT_EQ(enc(bpe, "ab"), (std::vector<int32_t>{3}));
+  EXPECT_EQ(enc(bpe, "xy"), (std::vector<int32_t>{6}));
+}
+
+// Every GPT-2 token's bytes alone (2 to 128 bytes; through the short-token tables up to 16 bytes,
+// past that the symbol index) give what Megatron's merge loop gives, with and without a cache.
+TEST(Gpt2Bpe, EveryTokenAloneEqualsTheReference) {
+  const Gpt2Bpe& bpe = full();
+  BpeCache cache;
+  size_t checked = 0;
+  for (int32_t id = 0; id < static_cast<int32_t>(bpe.vocab_size()); ++id) {
+    const std::string bytes = bpe.decode_bytes({id});
+    if (bytes.size() < 2) continue;
+    std::vector<int32_t> plain, cached;
+    bpe.encode_piece(bytes, plain);
+    bpe.encode_piece(bytes, cached, &cache);
+    const std::vector<int32_t> want = bpe.encode_piece_reference(bytes);
+    ASSERT_EQ(plain, want) << "token " << id;
+    ASSERT_EQ(cached, want) << "token " << id;
+    // One byte more or less is (mostly) another piece: it must not be taken for this token.
+    const std::string longer = bytes + "q", shorter = bytes.substr(0, bytes.size() - 1);
+    plain.clear();
+    bpe.encode_piece(longer, plain);
+    ASSERT_EQ(plain, bpe.encode_piece_reference(longer)) << "token " << id << " + q";
+    plain.clear();
+    bpe.encode_piece(shorter, plain);
+    ASSERT_EQ(plain, bpe.encode_piece_reference(shorter)) << "token " << id << " less its last byte";
+    ++checked;
+  }
+  EXPECT_GT(checked, 50000u);
+}
+
 TEST(Gpt2Bpe, MegatronMergesQuirks) {
   test::TempDir dir;
   test::spit(dir.path("v.json"), vocab_with_all_bytes(R"("a": 0, "b": 1, "ab": 2, "c": 3, "abc": 4, "<|endoftext|>": 5)", 6));
