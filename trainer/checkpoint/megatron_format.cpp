@@ -154,6 +154,133 @@ void flatten(const PyValue& v, const std::string& prefix, std::vector<std::pair<
   for (const auto& [k, child] : v.entries) flatten(*child, prefix.empty() ? k->as_str() : prefix + "." + k->as_str(), out);
 }
 
+// Megatron's own optimizer state of one part, by the part's parameter names: Adam's moments and
+// step, and the fp32 master weights where the optimizer keeps them apart from the model's. Empty
+// (with `why` said) when the part has none or it is laid out otherwise.
+struct PartOptimizer {
+  std::map<std::string, torch::Tensor> master, exp_avg, exp_avg_sq;
+  int64_t step = 0;
+  std::string why;  // why there are no moments, when the part has an optimizer entry
+};
+
+// Megatron's optimizer groups, as megatron-core's _get_param_groups (and the legacy code before it)
+// forms them: weight decay on every parameter but biases and 1-D ones, then those; each in the
+// model's order. Empty groups are dropped, as torch's optimizer never sees them.
+std::vector<std::vector<size_t>> megatron_optimizer_groups(const std::vector<std::pair<std::string, torch::Tensor>>& params) {
+  std::vector<std::vector<size_t>> g(2);
+  for (size_t i = 0; i < params.size(); ++i) {
+    const bool no_wd = params[i].first.ends_with(".bias") || params[i].second.dim() == 1;
+    g[no_wd ? 1 : 0].push_back(i);
+  }
+  std::erase_if(g, [](const auto& v) { return v.empty(); });
+  return g;
+}
+
+// Entry `key` of torch's optimizer state (keyed by parameter index), or nullptr.
+const PyValue* state_entry(const PyValue& state, int64_t key) {
+  for (const auto& [k, v] : state.entries)
+    if (k->is(PyValue::Kind::Int) && k->i == key) return v.get();
+  return nullptr;
+}
+
+int64_t step_value(const PyValue& v) { return v.is(PyValue::Kind::Tensor) ? static_cast<int64_t>(v.tensor.item<double>()) : static_cast<int64_t>(v.as_float()); }
+
+// FP32Optimizer's state (torch's optimizer state dict) or Float16OptimizerWithFloat16Params'
+// ({optimizer: that, fp32_from_fp16_params: the master weights per group}). The step is each
+// parameter's (torch's Adam) or its group's (apex's and Transformer Engine's FusedAdam).
+void read_torch_optimizer(const PyValue& opt, const std::vector<std::pair<std::string, torch::Tensor>>& params, PartOptimizer& out) {
+  const PyValue* masters = opt.find("fp32_from_fp16_params");
+  const PyValue& inner = masters ? opt.at("optimizer") : opt;
+  const PyValue& pg = inner.at("param_groups");
+  const PyValue* state = inner.find("state");
+  const auto groups = megatron_optimizer_groups(params);
+  if (!pg.is(PyValue::Kind::List) || pg.items.size() != groups.size())
+    return void(out.why = "its optimizer has " + pg.describe() + " parameter groups, not Megatron's " + std::to_string(groups.size()));
+  int64_t index = 0;
+  for (size_t g = 0; g < groups.size(); ++g) {
+    const PyValue& members = pg.items[g]->at("params");
+    if (members.items.size() != groups[g].size())
+      return void(out.why = strprintf("its parameter group %zu has %zu parameters, Megatron's rule gives %zu", g, members.items.size(), groups[g].size()));
+    const PyValue* group_masters = masters ? masters->items.at(g).get() : nullptr;
+    for (size_t i = 0; i < groups[g].size(); ++i, ++index) {
+      const auto& [name, w] = params[groups[g][i]];
+      const PyValue* s = state ? state_entry(*state, members.items[i]->as_int()) : nullptr;
+      const PyValue* m = s ? s->find("exp_avg") : nullptr;
+      const PyValue* v = s ? s->find("exp_avg_sq") : nullptr;
+      if (!m || !v || !m->is(PyValue::Kind::Tensor) || !v->is(PyValue::Kind::Tensor) || m->tensor.sizes() != w.sizes() || v->tensor.sizes() != w.sizes())
+        return void(out.why = "no Adam state of " + name + "'s shape in its optimizer");
+      out.exp_avg[name] = m->tensor.to(torch::kFloat), out.exp_avg_sq[name] = v->tensor.to(torch::kFloat);
+      const PyValue* st = s->find("step");
+      if (!st) st = pg.items[g]->find("step");
+      if (st) out.step = step_value(*st);
+      if (group_masters) {
+        const torch::Tensor& mw = group_masters->items.at(i)->as_tensor();
+        if (mw.sizes() != w.sizes()) return void(out.why = "its fp32 copy of " + name + " is " + c10::str(mw.sizes()) + ", the parameter " + c10::str(w.sizes()));
+        out.master[name] = mw.to(torch::kFloat);
+      }
+    }
+  }
+}
+
+// The distributed optimizer's state (--use-distributed-optimizer): the groups (with the step) in
+// the part's file and, in distrib_optim.pt beside it, each gradient buffer's fp32 weights and
+// moments gathered from every data-parallel rank, as flat vectors. A buffer holds the parameters
+// of one dtype in reverse model order, each starting at a multiple of 64. Read when the part's
+// parameters make one such buffer in one bucket (Megatron's default, without --overlap-grad-reduce
+// on large models); else `why` says so.
+void read_distributed_optimizer(const PyValue& opt, const fs::path& file, const std::vector<std::pair<std::string, torch::Tensor>>& params,
+                                PartOptimizer& out) {
+  const PyValue* inner = opt.find("optimizer");  // {optimizer: {param_groups}}, and the grad scaler's state for fp16
+  const PyValue* pg = (inner ? *inner : opt).find("param_groups");
+  const PyValue* step = pg && pg->is(PyValue::Kind::List) && !pg->items.empty() ? pg->items[0]->find("step") : nullptr;
+  if (!step) return void(out.why = "its optimizer's parameter groups say no step");
+  out.step = step_value(*step);
+  const PyValue dist = load_torch_file(file.string());
+  std::vector<const PyValue*> buffers;
+  for (const auto& [k, v] : dist.entries)
+    if (k->is(PyValue::Kind::Int))
+      for (const auto& [dtypes, b] : v->entries) buffers.push_back(b.get());
+  if (buffers.size() != 1) return void(out.why = file.string() + " holds " + std::to_string(buffers.size()) + " gradient buffers, not one");
+  const PyValue& b = *buffers[0];
+  const torch::Tensor w = b.at("param").as_tensor().flatten(), m = b.at("exp_avg").as_tensor().flatten(), v = b.at("exp_avg_sq").as_tensor().flatten();
+  int64_t at = 0;
+  std::vector<std::pair<size_t, int64_t>> starts;
+  for (size_t i = params.size(); i-- > 0;) {
+    at = (at + 63) / 64 * 64;
+    starts.emplace_back(i, at);
+    at += params[i].second.numel();
+  }
+  if (b.at("numel_unpadded").as_int() != at || w.numel() != at || m.numel() != at || v.numel() != at)
+    return void(out.why = strprintf("%s holds %ld numbers, one bucket of these parameters %ld (several buckets?)", file.c_str(),
+                                    (long)b.at("numel_unpadded").as_int(), (long)at));
+  for (const auto& [i, start] : starts) {
+    const auto& [name, p] = params[i];
+    out.master[name] = w.narrow(0, start, p.numel()).view(p.sizes()).to(torch::kFloat);
+    out.exp_avg[name] = m.narrow(0, start, p.numel()).view(p.sizes()).to(torch::kFloat);
+    out.exp_avg_sq[name] = v.narrow(0, start, p.numel()).view(p.sizes()).to(torch::kFloat);
+  }
+}
+
+PartOptimizer megatron_part_optimizer(const PyValue& part, const fs::path& file, const std::vector<std::pair<std::string, const PyValue*>>& flat) {
+  PartOptimizer out;
+  const PyValue* opt = part.find("optimizer");
+  if (!opt || opt->is(PyValue::Kind::None)) return out;
+  std::vector<std::pair<std::string, torch::Tensor>> params;
+  for (const auto& [name, value] : flat)
+    if (value->is(PyValue::Kind::Tensor)) params.emplace_back(name, value->tensor);
+  if (!opt->is(PyValue::Kind::Dict)) {
+    out.why = "its optimizer is " + opt->describe() + " (several optimizers)";
+  } else if (opt->find("state") || opt->find("fp32_from_fp16_params")) {
+    read_torch_optimizer(*opt, params, out);
+  } else if (const fs::path dist = file.parent_path() / "distrib_optim.pt"; fs::exists(dist)) {
+    read_distributed_optimizer(*opt, dist, params, out);
+  } else {
+    out.why = "its optimizer entry has no state, and there is no distrib_optim.pt beside it";
+  }
+  if (!out.why.empty()) out.master.clear(), out.exp_avg.clear(), out.exp_avg_sq.clear();
+  return out;
+}
+
 // Megatron's fused QKV rows, per head [q_h | k_h | v_h], -> ours, [q of every head | k | v].
 torch::Tensor qkv_to_ours(const torch::Tensor& t, int64_t heads) {
   std::vector<int64_t> shape = t.sizes().vec(), split{heads, 3, t.size(0) / (3 * heads)};
@@ -267,6 +394,7 @@ ImportedModel read_megatron_model(const std::string& dir) {
     throw Error(ErrorKind::Usage, "%s: checkpoint_version %g stores the fused QKV in an older order; convert it with Megatron's tools first",
                 where.c_str(), v->as_float());
   MegatronJoin join(m);
+  std::string why_no_moments;
   for (int64_t pp = 0; pp < m.pp; ++pp)
     for (int64_t tp = 0; tp < m.tp; ++tp) {
       const fs::path file = part_file(t->iter_dir, tp, pp, m.pp);
@@ -275,20 +403,31 @@ ImportedModel read_megatron_model(const std::string& dir) {
       if (part.find("model0")) throw Error(ErrorKind::Usage, "%s: an interleaved pipeline's checkpoint (model0, model1, ...) is not read yet", file.c_str());
       std::vector<std::pair<std::string, const PyValue*>> flat;
       flatten(part.at("model"), "", flat);
-      // Adam's state that zerolm's --ckpt-format torch keeps beside Megatron's keys (Megatron's own
-      // optimizer state is not read yet).
+      // Adam's state: the one zerolm's --ckpt-format torch keeps beside Megatron's keys, else
+      // Megatron's own optimizer's (with its fp32 master weights, where it keeps them apart).
       const PyValue* ours = part.find("zerolm_optimizer");
+      const PartOptimizer theirs = ours ? PartOptimizer{} : megatron_part_optimizer(part, file, flat);
+      if (!theirs.why.empty() && why_no_moments.empty()) why_no_moments = file.string() + ": " + theirs.why;
       auto moment = [&](const char* kind, const std::string& name) {
-        const PyValue* d = ours ? ours->find(kind) : nullptr;
+        if (!ours) {
+          const auto& from = std::string_view(kind) == "exp_avg" ? theirs.exp_avg : theirs.exp_avg_sq;
+          const auto it = from.find(name);
+          return it != from.end() ? it->second : torch::Tensor();
+        }
+        const PyValue* d = ours->find(kind);
         const PyValue* t = d ? d->find(name) : nullptr;
         return t && t->is(PyValue::Kind::Tensor) ? t->as_tensor() : torch::Tensor();
       };
       if (ours) m.adam_step = ours->at("step").as_int();
-      for (const auto& [name, value] : flat)
-        join.add(tp, pp, name, value->is(PyValue::Kind::Tensor) ? value->as_tensor() : torch::Tensor(), file.string(), moment("exp_avg", name),
-                 moment("exp_avg_sq", name));
+      else if (!theirs.exp_avg.empty()) m.adam_step = theirs.step;
+      for (const auto& [name, value] : flat) {
+        const auto master = theirs.master.find(name);
+        const torch::Tensor weight = master != theirs.master.end() ? master->second : value->is(PyValue::Kind::Tensor) ? value->as_tensor() : torch::Tensor();
+        join.add(tp, pp, name, weight, file.string(), moment("exp_avg", name), moment("exp_avg_sq", name));
+      }
     }
   join.finish(dir);
+  if (!why_no_moments.empty()) ZLM_LOG_WRN("Megatron's optimizer state is not read (%s): Adam starts afresh", why_no_moments.c_str());
   return m;
 }
 

@@ -18,10 +18,13 @@
 // attention, untied output weights, no linear biases) is refused naming the
 // argument.
 // What is read: the weights, the iteration and the samples consumed (Megatron
-// keeps them in args), and Adam's moments and step where zerolm wrote them
-// (the key "zerolm_optimizer" of pretrain_gpt --ckpt-format torch). Megatron's
-// own optimizer state and RNG streams are not (yet): a run resumed from
-// Megatron-LM's checkpoint starts Adam afresh.
+// keeps them in args), and Adam's moments and step: where zerolm wrote them
+// (the key "zerolm_optimizer" of pretrain_gpt --ckpt-format torch), else from
+// Megatron's own `optimizer` (FP32Optimizer: torch's state dict;
+// Float16OptimizerWithFloat16Params: that and the fp32 master weights, which are
+// then the weights read; the distributed optimizer: distrib_optim.pt beside the
+// part, one buffer of one bucket), numbered through Megatron's two groups.
+// Megatron's RNG streams are not read.
 #pragma once
 
 #include <filesystem>

@@ -1,0 +1,140 @@
+"""Reference test: pretrain_gpt --load continues a run that megatron-core's own
+optimizer saved in Megatron-LM's checkpoint layout (--ckpt-format torch),
+with its Adam state.
+
+megatron-core 0.16 trains the tiny GPT on the CPU (megatron_cpu_optimizer.py:
+GPTModel in DistributedDataParallel, get_megatron_optimizer, its scheduler)
+for N iterations on pretrain_gpt's samples, in fp32, bf16 and fp16 with
+FP32Optimizer / Float16OptimizerWithFloat16Params, and in fp32 and bf16 with
+--use-distributed-optimizer. It saves iter_N/mp_rank_00/model_optim_rng.pt
+with the keys Megatron-LM's checkpointing writes (args, checkpoint_version,
+iteration, model, optimizer = optimizer.state_dict(), opt_param_scheduler,
+rng_state), and distrib_optim.pt beside it (save_parameter_state) for the
+distributed optimizer. At the save the optimizer's fp32 weights, moments and
+step are taken from the optimizer itself, and the same state is continued
+K iterations in fp32 by megatron-core's FP32Optimizer (for the fp32 cases
+that is the run itself). pretrain_gpt --load of the checkpoint (fp32)
+continues with those losses within 1e-5 relative.
+
+  megatron_optimizer_resume.py BIN_DIR DATA_DIR WORK_DIR    (exit 77: a package is missing)
+"""
+import json
+import os
+import sys
+
+from reference_env import fresh_dir
+from deepspeed_run import GLOBAL, H, HEADS, L, LR, MICRO, SEQ, VOCAB, Run, megatron_args
+import numpy as np
+import torch
+import torch.multiprocessing as mp
+import megatron_cpu
+from megatron_samples import sample_reader
+
+BIN, DATA_DIR, WORK = sys.argv[1:4]
+N, K = 2, 3
+RUN = Run(BIN, DATA_DIR, WORK, iters=N + K)
+TOLERANCE = 1e-5
+# (precision, distributed optimizer, hidden size): at hidden 40 the distributed optimizer's buffer has gaps (each
+# parameter starts at a multiple of 64 numbers)
+CASES = [("fp32", False, H), ("bf16", False, H), ("fp16", False, H), ("fp32", True, H), ("bf16", True, H), ("bf16", True, 40)]
+
+
+def name_of(mode, dist, hidden):
+    return f"{mode}_{'distributed' if dist else 'plain'}" + ("" if hidden == H else f"_hidden{hidden}")
+
+
+def micro_batches(sample, it):
+    """Iteration `it`'s global batch in pretrain_gpt's order, as micro-batches."""
+    out = []
+    for mb in range(GLOBAL // MICRO):
+        first = (it - 1) * GLOBAL + mb * MICRO
+        out.append(torch.tensor(np.stack([sample(first + b) for b in range(MICRO)]).astype(np.int64)))
+    return out
+
+
+def save_megatron(opt, sched, model, ckpt, dist, hidden):
+    """The checkpoint of iteration N as Megatron-LM's --ckpt-format torch writes it."""
+    part = os.path.join(ckpt, f"iter_{N:07d}", "mp_rank_00")
+    os.makedirs(part)
+    core = model.module.module if hasattr(model.module, "module") else model.module
+    rng = {"random_rng_state": ("state", 3), "np_rng_state": np.random.get_state(), "torch_rng_state": torch.get_rng_state(),
+           "rng_tracker_states": {}}
+    args = megatron_args(N)
+    args.hidden_size = hidden
+    torch.save({"args": args, "checkpoint_version": 3.0, "iteration": N, "model": core.state_dict_for_save_checkpoint(),
+                "optimizer": opt.state_dict(), "opt_param_scheduler": sched.state_dict(), "rng_state": [rng],
+                "num_floating_point_operations_so_far": 0}, os.path.join(part, "model_optim_rng.pt"))
+    if dist:
+        opt.save_parameter_state(os.path.join(part, "distrib_optim.pt"))
+    with open(os.path.join(ckpt, "latest_checkpointed_iteration.txt"), "w") as f:
+        f.write(str(N))
+
+
+def continue_fp32(state, sample, hidden):
+    """The state continued by megatron-core's FP32Optimizer in fp32: losses of iterations N+1..N+K."""
+    import megatron_cpu_optimizer as mco
+    model, opt, sched = mco.build("fp32", False, L, hidden, HEADS, SEQ, VOCAB, seed=99, lr=LR, iterations=N + K, samples_per_iteration=GLOBAL)
+    inner = opt.chained_optimizers[0].optimizer
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            key = name.removeprefix("module.")
+            p.copy_(state["weights"][key])
+            inner.state[p] = {"step": torch.tensor(float(state["step"])), "exp_avg": state["exp_avg"][key].clone(),
+                              "exp_avg_sq": state["exp_avg_sq"][key].clone()}
+    sched.step(increment=N * GLOBAL)
+    return {it: mco.step(model, opt, sched, micro_batches(sample, it), VOCAB, GLOBAL) for it in range(N + 1, N + K + 1)}
+
+
+def worker(rank, mode, dist, hidden, out):
+    megatron_cpu.init(out)
+    import megatron_cpu_optimizer as mco
+    mco.patch()
+    mco.load_fixes()
+    torch.set_num_threads(1)
+    sample = sample_reader(RUN.data, RUN.index)
+    model, opt, sched = mco.build(mode, dist, L, hidden, HEADS, SEQ, VOCAB, seed=5, lr=LR, iterations=N + K, samples_per_iteration=GLOBAL)
+    losses = {it: mco.step(model, opt, sched, micro_batches(sample, it), VOCAB, GLOBAL) for it in range(1, N + 1)}
+    save_megatron(opt, sched, model, os.path.join(out, "ckpt"), dist, hidden)
+    state = mco.fp32_state(model, opt, dist)
+    if mode == "fp32":  # the run itself goes on; the fp32 copy of its state must continue alike
+        losses.update({it: mco.step(model, opt, sched, micro_batches(sample, it), VOCAB, GLOBAL) for it in range(N + 1, N + K + 1)})
+    again = continue_fp32(state, sample, hidden)
+    with open(os.path.join(out, "result.json"), "w") as f:
+        json.dump({"losses": losses, "continued": again, "step": state["step"], "optimizer": type(opt.chained_optimizers[0]).__name__}, f)
+    torch.distributed.destroy_process_group()
+    sys.stdout.flush()
+    os._exit(0)
+
+
+def check(good, text):
+    print(f"{'ok  ' if good else 'FAIL'} {text}", flush=True)
+    return good
+
+
+def main():
+    fresh_dir(WORK)
+    RUN.pretrain(os.path.join(WORK, "index_run"))  # caches the sample index megatron-core trains on
+    ok = True
+    for mode, dist, hidden in CASES:
+        name = name_of(mode, dist, hidden)
+        out = fresh_dir(os.path.join(WORK, name))
+        mp.spawn(worker, args=(mode, dist, hidden, out), nprocs=1, join=True)
+        with open(os.path.join(out, "result.json")) as f:
+            r = json.load(f)
+        ref = {int(k): v for k, v in r["continued"].items()}
+        if mode == "fp32":
+            own = {int(k): v for k, v in r["losses"].items() if int(k) > N}
+            diff = max(abs(own[it] - ref[it]) / abs(ref[it]) for it in ref)
+            ok &= check(diff <= TOLERANCE, f"{name}: megatron-core's own continuation and its state continued afresh agree within {diff:.1e}")
+        resumed = os.path.join(WORK, "resumed_" + name)
+        log = RUN.pretrain(resumed, "--load", os.path.join(out, "ckpt"), "--hidden-size", str(hidden))
+        ours = Run.losses(resumed)
+        diff = max(abs(ours[it] - ref[it]) / abs(ref[it]) for it in ref) if sorted(ours) == sorted(ref) else float("inf")
+        ok &= check("Adam's moments and step" in log and "not read" not in log and diff <= TOLERANCE,
+                    f"{name} ({r['optimizer']}, step {r['step']}): pretrain_gpt --load continues iterations {N + 1}-{N + K} with the "
+                    f"losses of megatron-core's state continued in fp32 within {diff:.1e} (relative)")
+    sys.exit(0 if ok else 1)
+
+
+if __name__ == "__main__":
+    main()
