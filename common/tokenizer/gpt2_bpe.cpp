@@ -152,7 +152,7 @@ uint64_t mix(uint64_t x) {
 // slot holds the token's bytes, its length and its id. A string of n bytes is keyed by two
 // loads that overlap when n is not their size (never past its end), which together hold all n
 // bytes; with n in the slot that key is one string's alone. Tokens of up to 8 bytes (78% of
-// GPT-2's) sit in 16-byte slots, longer ones in 24-byte slots; linear probing, half full or less.
+// GPT-2's) sit in 16-byte slots, longer ones in 24-byte slots; linear probing, two thirds full or less.
 class ShortTokens {
  public:
   void build(const std::vector<std::pair<std::string_view, int32_t>>& tokens) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <numeric>
 #include <optional>
 #include <regex>
 #include <set>
@@ -42,16 +43,17 @@ std::string optim_file(int64_t tp, int64_t dp, bool bf16 = false) {
 std::vector<fs::path> optim_files(const fs::path& tag, int64_t tp) {
   const std::regex name("(?:bf16_)?zero_pp_rank_([0-9]+)_mp_rank_([0-9]+)_optim_states\\.pt");  // bf16_: DeepSpeed's BF16 optimizer
   std::map<long, fs::path> found;
+  bool bf16 = false;
   for (const auto& e : fs::directory_iterator(tag)) {
     std::smatch m;
     const std::string f = e.path().filename().string();
-    if (std::regex_match(f, m, name) && std::stol(m[2]) == tp) found[std::stol(m[1])] = e.path();
+    if (std::regex_match(f, m, name) && std::stol(m[2]) == tp) found[std::stol(m[1])] = e.path(), bf16 = bf16 || f.starts_with("bf16_");
   }
   std::vector<fs::path> out;
   for (auto& [d, p] : found) {
     if (d != static_cast<long>(out.size()))
       throw Error(ErrorKind::Format, "%s: data-parallel rank %zu's file is missing (%s)", tag.c_str(), out.size(),
-                  optim_file(tp, static_cast<int64_t>(out.size())).c_str());
+                  optim_file(tp, static_cast<int64_t>(out.size()), bf16).c_str());
     out.push_back(p);
   }
   return out;
@@ -62,14 +64,6 @@ int64_t int_value(const PyValue& v, const std::string& what) {
   if (v.is(PyValue::Kind::Int) || v.is(PyValue::Kind::Bool)) return v.as_int();
   if (v.is(PyValue::Kind::Object) && v.items.size() == 1 && v.items[0]->is(PyValue::Kind::Int)) return v.items[0]->i;
   throw Error(ErrorKind::Format, "%s is %s, not a number", what.c_str(), v.describe().c_str());
-}
-
-// A dict's value for an int key (torch optimizers key their state by parameter index).
-const PyValue* int_key(const PyValue& d, int64_t key) {
-  if (!d.is(PyValue::Kind::Dict)) return nullptr;
-  for (const auto& [k, v] : d.entries)
-    if (k->is(PyValue::Kind::Int) && k->i == key) return v.get();
-  return nullptr;
 }
 
 struct Param {
@@ -121,9 +115,10 @@ struct AdamEntry {
   int64_t step = 0;
   bool shaped_as(c10::IntArrayRef shape) const { return saved_shape == shape.vec(); }
   std::vector<int64_t> saved_shape;  // exp_avg's shape in the file
+  bool has_step = false;             // false: a fused Adam (apex's, DeepSpeed's) keeps it in the group
 };
 std::optional<AdamEntry> adam_entry(const PyValue* state, int64_t index, int64_t numel) {
-  const PyValue* s = state ? int_key(*state, index) : nullptr;
+  const PyValue* s = state ? state->find_int(index) : nullptr;
   const PyValue* m = s ? s->find("exp_avg") : nullptr;
   const PyValue* v = s ? s->find("exp_avg_sq") : nullptr;
   if (!m || !v || !m->is(PyValue::Kind::Tensor) || !v->is(PyValue::Kind::Tensor) || m->tensor.numel() < numel || v->tensor.numel() < numel)
@@ -131,8 +126,10 @@ std::optional<AdamEntry> adam_entry(const PyValue* state, int64_t index, int64_t
   if (m->tensor.sizes() != v->tensor.sizes()) return std::nullopt;
   AdamEntry e{m->tensor.to(torch::kFloat).flatten().narrow(0, 0, numel), v->tensor.to(torch::kFloat).flatten().narrow(0, 0, numel), 0,
               m->tensor.sizes().vec()};
-  if (const PyValue* st = s->find("step"))
+  if (const PyValue* st = s->find("step")) {
     e.step = st->is(PyValue::Kind::Tensor) ? static_cast<int64_t>(st->tensor.item<double>()) : st->as_int();
+    e.has_step = true;
+  }
   return e;
 }
 
@@ -300,75 +297,85 @@ bool is_deepspeed_checkpoint(const std::string& dir) {
 
 namespace {
 
-// The module's parameters in the order torch's optimizer numbers them, per group: one group (the
-// module's order), or Megatron's two (matrices, then biases and LayerNorms).
-std::vector<std::vector<std::string>> megatron_groups(const PyValue& module, size_t groups) {
-  std::vector<std::vector<std::string>> out(groups);
-  for (const auto& [k, v] : module.entries)
-    if (v->is(PyValue::Kind::Tensor)) out[groups == 1 || v->tensor.dim() >= 2 ? 0 : 1].push_back(k->as_str());
-  return out;
-}
-
 // What the optimizer of an engine without ZeRO saved in the model file: torch's state dict, or
 // DeepSpeed's fp16/bf16 wrapper of it with fp32 master weights, one per parameter
 // (FP16_UnfusedOptimizer's fp32_groups) or one flat vector per group (FP16_Optimizer's
-// fp32_groups_flat, whose Adam state is one entry per group). Moments are kept only when every
-// parameter has them in its own shape; an optimizer laid out otherwise gives neither.
+// fp32_groups_flat, whose Adam state is one entry per group). Its entries are numbered through
+// one group of every parameter or Megatron's two (megatron_optimizer_groups). Moments are kept
+// only when every parameter has them in its own shape; master weights and moments are read only
+// when the groups are laid out so, else `why` says what did not fit.
 struct ModuleOptimizer {
   std::map<std::string, torch::Tensor> master;
   std::map<std::string, std::pair<torch::Tensor, torch::Tensor>> moments;
   int64_t step = 0;
+  std::string why;
 };
-ModuleOptimizer module_optimizer(const PyValue& module, const PyValue* opt) {
-  const PyValue* masters = opt && opt->is(PyValue::Kind::Dict) ? opt->find("fp32_groups") : nullptr;
-  const bool flat = !masters && opt && opt->is(PyValue::Kind::Dict) && (masters = opt->find("fp32_groups_flat"));
-  const PyValue* torch_opt = masters ? opt->find("optimizer_state_dict") : opt;
-  const PyValue* pg = torch_opt && torch_opt->is(PyValue::Kind::Dict) ? torch_opt->find("param_groups") : nullptr;
-  if (!pg || !pg->is(PyValue::Kind::List) || pg->items.empty() || pg->items.size() > 2) return {};
-  const auto groups = megatron_groups(module, pg->items.size());
-  const PyValue* state = torch_opt->find("state");
-  ModuleOptimizer out;
+
+void read_module_optimizer(const std::vector<std::pair<std::string, torch::Tensor>>& params, const PyValue& opt, const PyValue* masters, bool flat,
+                           ModuleOptimizer& out) {
+  const PyValue& torch_opt = masters ? opt.at("optimizer_state_dict") : opt;
+  const PyValue& pg = torch_opt.at("param_groups");
+  std::vector<std::vector<size_t>> groups;
+  if (pg.is(PyValue::Kind::List) && pg.items.size() == 1) groups.emplace_back(params.size()), std::iota(groups[0].begin(), groups[0].end(), size_t{0});
+  else groups = megatron_optimizer_groups(params);
+  if (!pg.is(PyValue::Kind::List) || pg.items.size() != groups.size() || (masters && masters->items.size() != groups.size()))
+    return void(out.why = "its parameter groups (" + pg.describe() + ") are not Megatron's " + std::to_string(groups.size()));
+  const PyValue* state = torch_opt.find("state");
   bool all = true;
   int64_t index = 0;
   for (size_t g = 0; g < groups.size(); ++g) {
-    const PyValue* params = pg->items[g]->find("params");
-    if (!params || params->items.size() != (flat ? 1 : groups[g].size())) return {};
-    std::vector<torch::Tensor> ws;
-    for (const std::string& name : groups[g]) ws.push_back(module.at(name).as_tensor());
+    if (pg.items[g]->at("params").items.size() != (flat ? 1 : groups[g].size()))
+      return void(out.why = strprintf("its parameter group %zu has %s parameters, the rule gives %zu", g, pg.items[g]->at("params").describe().c_str(), groups[g].size()));
     int64_t total = 0;
-    for (const torch::Tensor& w : ws) total += w.numel();
-    const std::optional<AdamEntry> group_entry = flat ? adam_entry(state, index++, total) : std::nullopt;
-    if (masters && (!masters->is(PyValue::Kind::List) || masters->items.size() != groups.size()))
-      throw Error(ErrorKind::Format, "the optimizer's fp32 master weights are %s, for %zu parameter groups", masters->describe().c_str(), groups.size());
+    for (size_t i : groups[g]) total += params[i].second.numel();
     const PyValue* group_masters = masters ? masters->items[g].get() : nullptr;
-    if (group_masters && (flat ? group_masters->as_tensor().numel() < total : group_masters->items.size() != ws.size()))
-      throw Error(ErrorKind::Format, "the optimizer's fp32 master weights of group %zu are %s, for %zu parameters of %ld numbers", g,
-                  group_masters->describe().c_str(), ws.size(), (long)total);
+    if (group_masters && (flat ? group_masters->as_tensor().numel() != total : group_masters->items.size() != groups[g].size()))
+      return void(out.why = strprintf("its fp32 master weights of group %zu are %s, for %zu parameters of %ld numbers", g, group_masters->describe().c_str(),
+                                      groups[g].size(), (long)total));
+    const PyValue* group_step = pg.items[g]->find("step");
+    const std::optional<AdamEntry> group_entry = flat ? adam_entry(state, index++, total) : std::nullopt;
     int64_t offset = 0;
-    for (size_t i = 0; i < ws.size(); ++i) {
-      const std::string& name = groups[g][i];
-      const int64_t n = ws[i].numel();
+    for (size_t i = 0; i < groups[g].size(); ++i) {
+      const auto& [name, w] = params[groups[g][i]];
+      const int64_t n = w.numel();
       if (group_masters) {
         const torch::Tensor m = (flat ? group_masters->as_tensor().flatten().narrow(0, offset, n) : group_masters->items[i]->as_tensor()).to(torch::kFloat);
-        if (m.numel() != n)
-          throw Error(ErrorKind::Format, "the fp32 master weight of %s holds %ld numbers, the parameter %ld", name.c_str(), (long)m.numel(), (long)n);
-        out.master[name] = m.reshape(ws[i].sizes());
+        if (m.numel() != n) return void(out.why = strprintf("its fp32 master weight of %s holds %ld numbers, the parameter %ld", name.c_str(), (long)m.numel(), (long)n));
+        out.master[name] = m.reshape(w.sizes());
       }
-      if (flat && group_entry) {
-        out.moments[name] = {group_entry->exp_avg.narrow(0, offset, n).view(ws[i].sizes()), group_entry->exp_avg_sq.narrow(0, offset, n).view(ws[i].sizes())};
-        out.step = group_entry->step;
-      } else if (!flat) {
-        const auto e = adam_entry(state, index++, n);
-        if (e && e->shaped_as(ws[i].sizes())) {
-          out.moments[name] = {e->exp_avg.view(ws[i].sizes()), e->exp_avg_sq.view(ws[i].sizes())};
-          out.step = e->step;
-        }
+      const std::optional<AdamEntry> e = flat ? group_entry : adam_entry(state, index++, n);
+      if (e && (flat || e->shaped_as(w.sizes()))) {
+        const int64_t at = flat ? offset : 0;
+        out.moments[name] = {e->exp_avg.narrow(0, at, n).view(w.sizes()), e->exp_avg_sq.narrow(0, at, n).view(w.sizes())};
+        out.step = e->has_step || !group_step ? e->step : group_step->as_int();
       }
       all = all && out.moments.count(name);
       offset += n;
     }
   }
   if (!all) out.moments.clear();
+}
+
+ModuleOptimizer module_optimizer(const PyValue& module, const PyValue* opt) {
+  ModuleOptimizer out;
+  if (!opt || !opt->is(PyValue::Kind::Dict)) return out;
+  const PyValue* masters = opt->find("fp32_groups");
+  bool flat = false;
+  if (!masters) {
+    masters = opt->find("fp32_groups_flat");
+    flat = masters != nullptr;
+  }
+  std::vector<std::pair<std::string, torch::Tensor>> params;
+  for (const auto& [k, v] : module.entries)
+    if (v->is(PyValue::Kind::Tensor)) params.emplace_back(k->as_str(), v->tensor);
+  try {
+    if (masters && !masters->is(PyValue::Kind::List)) throw Error(ErrorKind::Format, "its fp32 master weights are %s", masters->describe().c_str());
+    read_module_optimizer(params, *opt, masters, flat, out);
+  } catch (const Error& e) {
+    out.why = e.what();
+  }
+  if (!out.why.empty()) out.master.clear(), out.moments.clear();
+  if (!masters) out.why.clear();  // torch's own state of another layout: Adam starts afresh, as said at resume
   return out;
 }
 
@@ -450,7 +457,9 @@ class DeepSpeedReader {
   // (module_optimizer).
   void from_module(int64_t tp, const PyValue& states, const fs::path& mfile) {
     const PyValue& module = states.at("module");
-    const ModuleOptimizer o = naming(mfile, [&] { return module_optimizer(module, states.find("optimizer")); });
+    const ModuleOptimizer o = module_optimizer(module, states.find("optimizer"));
+    if (!o.why.empty())
+      ZLM_LOG_WRN("%s: the optimizer's fp32 master weights are not read (%s); the module's 16-bit weights are", mfile.c_str(), o.why.c_str());
     if (o.moments.empty()) moments_ = false;
     if (!o.moments.empty()) m_.adam_step = o.step;
     for (const auto& [k, v] : module.entries) {

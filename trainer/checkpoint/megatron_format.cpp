@@ -163,26 +163,6 @@ struct PartOptimizer {
   std::string why;  // why there are no moments, when the part has an optimizer entry
 };
 
-// Megatron's optimizer groups, as megatron-core's _get_param_groups (and the legacy code before it)
-// forms them: weight decay on every parameter but biases and 1-D ones, then those; each in the
-// model's order. Empty groups are dropped, as torch's optimizer never sees them.
-std::vector<std::vector<size_t>> megatron_optimizer_groups(const std::vector<std::pair<std::string, torch::Tensor>>& params) {
-  std::vector<std::vector<size_t>> g(2);
-  for (size_t i = 0; i < params.size(); ++i) {
-    const bool no_wd = params[i].first.ends_with(".bias") || params[i].second.dim() == 1;
-    g[no_wd ? 1 : 0].push_back(i);
-  }
-  std::erase_if(g, [](const auto& v) { return v.empty(); });
-  return g;
-}
-
-// Entry `key` of torch's optimizer state (keyed by parameter index), or nullptr.
-const PyValue* state_entry(const PyValue& state, int64_t key) {
-  for (const auto& [k, v] : state.entries)
-    if (k->is(PyValue::Kind::Int) && k->i == key) return v.get();
-  return nullptr;
-}
-
 int64_t step_value(const PyValue& v) { return v.is(PyValue::Kind::Tensor) ? static_cast<int64_t>(v.tensor.item<double>()) : static_cast<int64_t>(v.as_float()); }
 
 // FP32Optimizer's state (torch's optimizer state dict) or Float16OptimizerWithFloat16Params'
@@ -194,6 +174,8 @@ void read_torch_optimizer(const PyValue& opt, const std::vector<std::pair<std::s
   const PyValue& pg = inner.at("param_groups");
   const PyValue* state = inner.find("state");
   const auto groups = megatron_optimizer_groups(params);
+  if (masters && (!masters->is(PyValue::Kind::List) || masters->items.size() != groups.size()))
+    return void(out.why = "its fp32_from_fp16_params is " + masters->describe() + ", not one list per group");
   if (!pg.is(PyValue::Kind::List) || pg.items.size() != groups.size())
     return void(out.why = "its optimizer has " + pg.describe() + " parameter groups, not Megatron's " + std::to_string(groups.size()));
   int64_t index = 0;
@@ -201,10 +183,13 @@ void read_torch_optimizer(const PyValue& opt, const std::vector<std::pair<std::s
     const PyValue& members = pg.items[g]->at("params");
     if (members.items.size() != groups[g].size())
       return void(out.why = strprintf("its parameter group %zu has %zu parameters, Megatron's rule gives %zu", g, members.items.size(), groups[g].size()));
-    const PyValue* group_masters = masters ? masters->items.at(g).get() : nullptr;
+    const PyValue* group_masters = masters ? masters->items[g].get() : nullptr;
+    // Only 16-bit parameters have a copy there: a group that also holds fp32 ones would not line up.
+    if (group_masters && (!group_masters->is(PyValue::Kind::List) || group_masters->items.size() != groups[g].size()))
+      return void(out.why = strprintf("its fp32 copies of group %zu are %s, for %zu parameters", g, group_masters->describe().c_str(), groups[g].size()));
     for (size_t i = 0; i < groups[g].size(); ++i, ++index) {
       const auto& [name, w] = params[groups[g][i]];
-      const PyValue* s = state ? state_entry(*state, members.items[i]->as_int()) : nullptr;
+      const PyValue* s = state ? state->find_int(members.items[i]->as_int()) : nullptr;
       const PyValue* m = s ? s->find("exp_avg") : nullptr;
       const PyValue* v = s ? s->find("exp_avg_sq") : nullptr;
       if (!m || !v || !m->is(PyValue::Kind::Tensor) || !v->is(PyValue::Kind::Tensor) || m->tensor.sizes() != w.sizes() || v->tensor.sizes() != w.sizes())
@@ -214,7 +199,7 @@ void read_torch_optimizer(const PyValue& opt, const std::vector<std::pair<std::s
       if (!st) st = pg.items[g]->find("step");
       if (st) out.step = step_value(*st);
       if (group_masters) {
-        const torch::Tensor& mw = group_masters->items.at(i)->as_tensor();
+        const torch::Tensor& mw = group_masters->items[i]->as_tensor();
         if (mw.sizes() != w.sizes()) return void(out.why = "its fp32 copy of " + name + " is " + c10::str(mw.sizes()) + ", the parameter " + c10::str(w.sizes()));
         out.master[name] = mw.to(torch::kFloat);
       }
@@ -268,14 +253,18 @@ PartOptimizer megatron_part_optimizer(const PyValue& part, const fs::path& file,
   std::vector<std::pair<std::string, torch::Tensor>> params;
   for (const auto& [name, value] : flat)
     if (value->is(PyValue::Kind::Tensor)) params.emplace_back(name, value->tensor);
-  if (!opt->is(PyValue::Kind::Dict)) {
-    out.why = "its optimizer is " + opt->describe() + " (several optimizers)";
-  } else if (opt->find("state") || opt->find("fp32_from_fp16_params")) {
-    read_torch_optimizer(*opt, params, out);
-  } else if (const fs::path dist = file.parent_path() / "distrib_optim.pt"; fs::exists(dist)) {
-    read_distributed_optimizer(*opt, dist, params, out);
-  } else {
-    out.why = "its optimizer entry has no state, and there is no distrib_optim.pt beside it";
+  try {
+    if (!opt->is(PyValue::Kind::Dict)) {
+      out.why = "its optimizer is " + opt->describe() + " (several optimizers)";
+    } else if (opt->find("state") || opt->find("fp32_from_fp16_params")) {
+      read_torch_optimizer(*opt, params, out);
+    } else if (const fs::path dist = file.parent_path() / "distrib_optim.pt"; fs::exists(dist)) {
+      read_distributed_optimizer(*opt, dist, params, out);
+    } else {
+      out.why = "its optimizer entry has no state, and there is no distrib_optim.pt beside it";
+    }
+  } catch (const Error& e) {  // a layout of another shape than these: say what did not fit
+    out.why = e.what();
   }
   if (!out.why.empty()) out.master.clear(), out.exp_avg.clear(), out.exp_avg_sq.clear();
   return out;
@@ -377,6 +366,16 @@ void MegatronJoin::finish(const std::string& where) {
   }
   if (!moments) m_.exp_avg.clear(), m_.exp_avg_sq.clear();
   parts_.clear();
+}
+
+std::vector<std::vector<size_t>> megatron_optimizer_groups(const std::vector<std::pair<std::string, torch::Tensor>>& params) {
+  std::vector<std::vector<size_t>> g(2);
+  for (size_t i = 0; i < params.size(); ++i) {
+    const bool no_wd = params[i].first.ends_with(".bias") || params[i].second.dim() == 1;
+    g[no_wd ? 1 : 0].push_back(i);
+  }
+  std::erase_if(g, [](const auto& v) { return v.empty(); });
+  return g;
 }
 
 ImportedModel read_megatron_model(const std::string& dir) {

@@ -99,6 +99,12 @@ class MegatronJoin {
 
 ImportedModel read_megatron_model(const std::string& dir);
 
+// Megatron's optimizer groups over a part's parameters (name, tensor), as indices in their order:
+// weight decay on every parameter but biases and 1-D ones, then those (megatron-core's
+// _get_param_groups and the legacy code before it); empty groups dropped, as torch's optimizer
+// never sees them.
+std::vector<std::vector<size_t>> megatron_optimizer_groups(const std::vector<std::pair<std::string, torch::Tensor>>& params);
+
 // The whole model (eval mode, CPU) of an imported checkpoint; `dir` names it in messages.
 Gpt2 imported_model(ImportedModel m, const std::string& dir);
 

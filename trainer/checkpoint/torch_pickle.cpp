@@ -452,6 +452,13 @@ const PyValue* PyValue::find(std::string_view key) const {
   return nullptr;
 }
 
+const PyValue* PyValue::find_int(int64_t key) const {
+  if (kind != Kind::Dict) return nullptr;
+  for (const auto& [k, v] : entries)
+    if (k->kind == Kind::Int && k->i == key) return v.get();
+  return nullptr;
+}
+
 const PyValue& PyValue::at(std::string_view key) const {
   const PyValue* v = find(key);
   if (!v) throw Error(ErrorKind::Format, "no entry '%.*s' in a %s", static_cast<int>(key.size()), key.data(), describe().c_str());

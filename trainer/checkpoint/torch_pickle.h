@@ -46,6 +46,8 @@ struct PyValue {
   // A Dict's value for a string key, or an Object's attribute (its state's
   // entry, as argparse.Namespace keeps its fields); nullptr when absent.
   const PyValue* find(std::string_view key) const;
+  // A Dict's value for an int key (torch's optimizer state is keyed by parameter index), or nullptr.
+  const PyValue* find_int(int64_t key) const;
   // The same, throwing zlm::Error(Format) naming the key when absent.
   const PyValue& at(std::string_view key) const;
   int64_t as_int() const;  // Int or Bool
