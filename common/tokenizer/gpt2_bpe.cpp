@@ -125,6 +125,7 @@ void BpeCache::insert(std::string_view piece, uint64_t h, const int32_t* ids, si
 
 namespace {
 constexpr size_t kShortPiece = 64;  // pieces up to this many bytes: plain loop + cache
+constexpr size_t kWholeTokenMax = 16;  // tokens up to this many bytes are looked up whole (ShortTokens)
 
 // A merge in the pair table, 8 bytes so that GPT-2's table (131,072 slots) takes 1 MiB and
 // stays in L2: the pair's symbols (20 bits each) and its rank (24 bits); the merge's result
@@ -174,7 +175,7 @@ class ShortTokens {
       }
     }
   }
-  // The id of the whole token spelled `p`, 2 to 16 bytes; -1 when it is none.
+  // The id of the whole token spelled `p`, 2 to 16 bytes (kWholeTokenMax); -1 when it is none.
   int32_t find(const char* p, size_t n) const {
     if (n <= 8) {
       const uint64_t k = key8(p, n);
@@ -255,18 +256,14 @@ struct Gpt2Bpe::Impl {
   // A piece with those bytes then encodes as that one id without merging (tiktoken looks a piece
   // up in its vocabulary first too). For GPT-2's files every token is one; the flag keeps the
   // result BPE's for files where some are not.
+  // Only tokens of 2 to kWholeTokenMax bytes are marked (longer ones are rare in text, and
+  // merging gives them the same result).
   std::vector<uint8_t> whole;
-  ShortTokens short_tokens;  // those of up to 16 bytes, for encode_piece (built from `whole`, not saved)
+  ShortTokens short_tokens;  // the marked tokens, for encode_piece (built from `whole`, not saved)
   void mark_whole_tokens();
   void index_whole_tokens();
-  // The symbol of a piece of 17 to 64 bytes that is a whole token (xxh: XXH3 of its bytes), or -1.
-  int32_t whole_token(std::string_view piece, uint64_t xxh) const {
-    for (uint64_t i = xxh & id_mask;; i = (i + 1) & id_mask) {
-      const int32_t id = id_slots[i];
-      if (id < 0) return -1;
-      if (symbol(static_cast<size_t>(id)) == piece) return whole[static_cast<size_t>(id)] ? id : -1;
-    }
-  }
+  // Megatron's merge loop over a piece's bytes (their byte symbols).
+  void bpe_bytes(std::string_view piece, std::vector<int32_t>& out) const;
 
   // The slot of `bytes`: its id's, or the empty one where it would go.
   size_t id_slot(std::string_view bytes) const {
@@ -750,15 +747,20 @@ void Gpt2Bpe::Impl::bpe_heap(const int32_t* init, size_t n, std::vector<int32_t>
   for (int32_t i = 0; i >= 0; i = nodes[i].next) out.push_back(out_id(nodes[i].value));
 }
 
+void Gpt2Bpe::Impl::bpe_bytes(std::string_view piece, std::vector<int32_t>& out) const {
+  std::vector<int32_t> init;
+  for (char c : piece) init.push_back(byte_symbol[static_cast<uint8_t>(c)]);
+  if (!init.empty()) bpe_short(init.data(), init.size(), out);
+}
+
 void Gpt2Bpe::Impl::mark_whole_tokens() {
   whole.assign(num_symbols(), 0);
-  std::vector<int32_t> init, out;
+  std::vector<int32_t> out;
   for (int32_t id = 0; id < vocab_limit && static_cast<size_t>(id) < num_symbols(); ++id) {
     const std::string_view b = symbol(static_cast<size_t>(id));
-    if (b.size() < 2 || b.size() > kShortPiece) continue;  // one byte has its own path; long pieces stay with BPE
-    init.clear(), out.clear();
-    for (char c : b) init.push_back(byte_symbol[static_cast<uint8_t>(c)]);
-    bpe_short(init.data(), init.size(), out);
+    if (b.size() < 2 || b.size() > kWholeTokenMax) continue;  // one byte has its own path
+    out.clear();
+    bpe_bytes(b, out);
     whole[static_cast<size_t>(id)] = out.size() == 1 && out[0] == id;
   }
 }
@@ -766,7 +768,7 @@ void Gpt2Bpe::Impl::mark_whole_tokens() {
 void Gpt2Bpe::Impl::index_whole_tokens() {
   std::vector<std::pair<std::string_view, int32_t>> tokens;
   for (size_t id = 0; id < whole.size(); ++id)
-    if (whole[id] && symbol(id).size() <= 16) tokens.emplace_back(symbol(id), static_cast<int32_t>(id));
+    if (whole[id] && symbol(id).size() <= kWholeTokenMax) tokens.emplace_back(symbol(id), static_cast<int32_t>(id));
   short_tokens.build(tokens);
 }
 
@@ -777,22 +779,14 @@ void Gpt2Bpe::encode_piece(std::string_view piece, std::vector<int32_t>& out, Bp
     out.push_back(m.out_id(m.byte_symbol[static_cast<uint8_t>(piece[0])]));
     return;
   }
-  if (piece.size() <= 16) {
+  if (piece.size() <= kWholeTokenMax) {
     if (const int32_t id = m.short_tokens.find(piece.data(), piece.size()); id >= 0) {
       out.push_back(id);
       return;
     }
   }
-  const bool shortp = piece.size() <= kShortPiece;
-  const uint64_t xxh = shortp ? XXH3_64bits(piece.data(), piece.size()) : 0;
-  if (shortp && piece.size() > 16) {
-    if (const int32_t id = m.whole_token(piece, xxh); id >= 0) {
-      out.push_back(id);
-      return;
-    }
-  }
-  const bool cacheable = cache && shortp;
-  const uint64_t h = xxh ? xxh : 1;  // BpeCache::hash(piece)
+  const bool cacheable = cache && piece.size() <= kShortPiece;
+  const uint64_t h = cacheable ? BpeCache::hash(piece) : 0;
   if (cacheable && cache->find(piece, h, out)) return;
   int32_t init_buf[kShortPiece];
   std::vector<int32_t> init_vec;
@@ -811,9 +805,8 @@ void Gpt2Bpe::encode_piece(std::string_view piece, std::vector<int32_t>& out, Bp
 }
 
 std::vector<int32_t> Gpt2Bpe::encode_piece_reference(std::string_view piece) const {
-  std::vector<int32_t> init, out;
-  for (char c : piece) init.push_back(impl_->byte_symbol[static_cast<uint8_t>(c)]);
-  if (!init.empty()) impl_->bpe_short(init.data(), init.size(), out);
+  std::vector<int32_t> out;
+  impl_->bpe_bytes(piece, out);
   return out;
 }
 

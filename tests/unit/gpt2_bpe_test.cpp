@@ -261,8 +261,8 @@ TEST(Gpt2Bpe, WholeTokenOnlyWhereTheMergesMakeIt) {
   EXPECT_EQ(enc(bpe, "xy"), (std::vector<int32_t>{6}));
 }
 
-// Every GPT-2 token's bytes alone (2 to 128 bytes; through the short-token tables up to 16 bytes,
-// past that the symbol index) give what Megatron's merge loop gives, with and without a cache.
+// Every GPT-2 token's bytes alone (2 to 128 bytes; through the whole-token tables up to 16 bytes,
+// past that the merge loop) give what Megatron's merge loop gives, with and without a cache.
 TEST(Gpt2Bpe, EveryTokenAloneEqualsTheReference) {
   const Gpt2Bpe& bpe = full();
   BpeCache cache;

@@ -107,32 +107,6 @@ struct Partition {
   bool moments = true;
 };
 
-// Entry `index` of a torch optimizer's state: Adam's moments (fp32, flat) when both hold at
-// least `numel` numbers (the first `numel` are taken: ZeRO 1-2 keep the last rank's padding in
-// the moments, not in the weights), and its step; nullopt when it has no such state.
-struct AdamEntry {
-  torch::Tensor exp_avg, exp_avg_sq;
-  int64_t step = 0;
-  bool shaped_as(c10::IntArrayRef shape) const { return saved_shape == shape.vec(); }
-  std::vector<int64_t> saved_shape;  // exp_avg's shape in the file
-  bool has_step = false;             // false: a fused Adam (apex's, DeepSpeed's) keeps it in the group
-};
-std::optional<AdamEntry> adam_entry(const PyValue* state, int64_t index, int64_t numel) {
-  const PyValue* s = state ? state->find_int(index) : nullptr;
-  const PyValue* m = s ? s->find("exp_avg") : nullptr;
-  const PyValue* v = s ? s->find("exp_avg_sq") : nullptr;
-  if (!m || !v || !m->is(PyValue::Kind::Tensor) || !v->is(PyValue::Kind::Tensor) || m->tensor.numel() < numel || v->tensor.numel() < numel)
-    return std::nullopt;
-  if (m->tensor.sizes() != v->tensor.sizes()) return std::nullopt;
-  AdamEntry e{m->tensor.to(torch::kFloat).flatten().narrow(0, 0, numel), v->tensor.to(torch::kFloat).flatten().narrow(0, 0, numel), 0,
-              m->tensor.sizes().vec()};
-  if (const PyValue* st = s->find("step")) {
-    e.step = st->is(PyValue::Kind::Tensor) ? static_cast<int64_t>(st->tensor.item<double>()) : st->as_int();
-    e.has_step = true;
-  }
-  return e;
-}
-
 Partition read_partition(const PyValue& file_value, Partitioning layout, size_t groups, const std::string& file) {
   const bool flat = layout == Partitioning::kFlatGroups;
   const PyValue& osd = file_value.at("optimizer_state_dict");
@@ -332,7 +306,7 @@ void read_module_optimizer(const std::vector<std::pair<std::string, torch::Tenso
     if (group_masters && (flat ? group_masters->as_tensor().numel() != total : group_masters->items.size() != groups[g].size()))
       return void(out.why = strprintf("its fp32 master weights of group %zu are %s, for %zu parameters of %ld numbers", g, group_masters->describe().c_str(),
                                       groups[g].size(), (long)total));
-    const PyValue* group_step = pg.items[g]->find("step");
+    const PyValue* group_step = pg.items[g]->find("step");  // a fused Adam's (apex's, DeepSpeed's)
     const std::optional<AdamEntry> group_entry = flat ? adam_entry(state, index++, total) : std::nullopt;
     int64_t offset = 0;
     for (size_t i = 0; i < groups[g].size(); ++i) {
@@ -347,7 +321,7 @@ void read_module_optimizer(const std::vector<std::pair<std::string, torch::Tenso
       if (e && (flat || e->shaped_as(w.sizes()))) {
         const int64_t at = flat ? offset : 0;
         out.moments[name] = {e->exp_avg.narrow(0, at, n).view(w.sizes()), e->exp_avg_sq.narrow(0, at, n).view(w.sizes())};
-        out.step = e->has_step || !group_step ? e->step : group_step->as_int();
+        out.step = e->has_step || !group_step ? e->step : step_value(*group_step);
       }
       all = all && out.moments.count(name);
       offset += n;

@@ -163,8 +163,6 @@ struct PartOptimizer {
   std::string why;  // why there are no moments, when the part has an optimizer entry
 };
 
-int64_t step_value(const PyValue& v) { return v.is(PyValue::Kind::Tensor) ? static_cast<int64_t>(v.tensor.item<double>()) : static_cast<int64_t>(v.as_float()); }
-
 // FP32Optimizer's state (torch's optimizer state dict) or Float16OptimizerWithFloat16Params'
 // ({optimizer: that, fp32_from_fp16_params: the master weights per group}). The step is each
 // parameter's (torch's Adam) or its group's (apex's and Transformer Engine's FusedAdam).
@@ -178,7 +176,6 @@ void read_torch_optimizer(const PyValue& opt, const std::vector<std::pair<std::s
     return void(out.why = "its fp32_from_fp16_params is " + masters->describe() + ", not one list per group");
   if (!pg.is(PyValue::Kind::List) || pg.items.size() != groups.size())
     return void(out.why = "its optimizer has " + pg.describe() + " parameter groups, not Megatron's " + std::to_string(groups.size()));
-  int64_t index = 0;
   for (size_t g = 0; g < groups.size(); ++g) {
     const PyValue& members = pg.items[g]->at("params");
     if (members.items.size() != groups[g].size())
@@ -187,17 +184,13 @@ void read_torch_optimizer(const PyValue& opt, const std::vector<std::pair<std::s
     // Only 16-bit parameters have a copy there: a group that also holds fp32 ones would not line up.
     if (group_masters && (!group_masters->is(PyValue::Kind::List) || group_masters->items.size() != groups[g].size()))
       return void(out.why = strprintf("its fp32 copies of group %zu are %s, for %zu parameters", g, group_masters->describe().c_str(), groups[g].size()));
-    for (size_t i = 0; i < groups[g].size(); ++i, ++index) {
+    for (size_t i = 0; i < groups[g].size(); ++i) {
       const auto& [name, w] = params[groups[g][i]];
-      const PyValue* s = state ? state->find_int(members.items[i]->as_int()) : nullptr;
-      const PyValue* m = s ? s->find("exp_avg") : nullptr;
-      const PyValue* v = s ? s->find("exp_avg_sq") : nullptr;
-      if (!m || !v || !m->is(PyValue::Kind::Tensor) || !v->is(PyValue::Kind::Tensor) || m->tensor.sizes() != w.sizes() || v->tensor.sizes() != w.sizes())
-        return void(out.why = "no Adam state of " + name + "'s shape in its optimizer");
-      out.exp_avg[name] = m->tensor.to(torch::kFloat), out.exp_avg_sq[name] = v->tensor.to(torch::kFloat);
-      const PyValue* st = s->find("step");
-      if (!st) st = pg.items[g]->find("step");
-      if (st) out.step = step_value(*st);
+      const std::optional<AdamEntry> e = adam_entry(state, members.items[i]->as_int(), w.numel());
+      if (!e || !e->shaped_as(w.sizes())) return void(out.why = "no Adam state of " + name + "'s shape in its optimizer");
+      out.exp_avg[name] = e->exp_avg.view(w.sizes()), out.exp_avg_sq[name] = e->exp_avg_sq.view(w.sizes());
+      const PyValue* group_step = pg.items[g]->find("step");
+      if (e->has_step || group_step) out.step = e->has_step ? e->step : step_value(*group_step);
       if (group_masters) {
         const torch::Tensor& mw = group_masters->items[i]->as_tensor();
         if (mw.sizes() != w.sizes()) return void(out.why = "its fp32 copy of " + name + " is " + c10::str(mw.sizes()) + ", the parameter " + c10::str(w.sizes()));
@@ -366,6 +359,24 @@ void MegatronJoin::finish(const std::string& where) {
   }
   if (!moments) m_.exp_avg.clear(), m_.exp_avg_sq.clear();
   parts_.clear();
+}
+
+int64_t step_value(const PyValue& v) { return v.is(PyValue::Kind::Tensor) ? static_cast<int64_t>(v.tensor.item<double>()) : static_cast<int64_t>(v.as_float()); }
+
+std::optional<AdamEntry> adam_entry(const PyValue* state, int64_t index, int64_t numel) {
+  const PyValue* s = state ? state->find_int(index) : nullptr;
+  const PyValue* m = s ? s->find("exp_avg") : nullptr;
+  const PyValue* v = s ? s->find("exp_avg_sq") : nullptr;
+  if (!m || !v || !m->is(PyValue::Kind::Tensor) || !v->is(PyValue::Kind::Tensor) || m->tensor.numel() < numel || v->tensor.numel() < numel)
+    return std::nullopt;
+  if (m->tensor.sizes() != v->tensor.sizes()) return std::nullopt;
+  AdamEntry e{m->tensor.to(torch::kFloat).flatten().narrow(0, 0, numel), v->tensor.to(torch::kFloat).flatten().narrow(0, 0, numel), 0,
+              m->tensor.sizes().vec()};
+  if (const PyValue* st = s->find("step")) {
+    e.step = step_value(*st);
+    e.has_step = true;
+  }
+  return e;
 }
 
 std::vector<std::vector<size_t>> megatron_optimizer_groups(const std::vector<std::pair<std::string, torch::Tensor>>& params) {

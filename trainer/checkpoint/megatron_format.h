@@ -105,6 +105,23 @@ ImportedModel read_megatron_model(const std::string& dir);
 // never sees them.
 std::vector<std::vector<size_t>> megatron_optimizer_groups(const std::vector<std::pair<std::string, torch::Tensor>>& params);
 
+// A step count as torch's optimizers save it: a tensor (torch's Adam), an int or a float.
+int64_t step_value(const PyValue& v);
+
+// Entry `index` of torch's optimizer state (keyed by parameter index): Adam's moments (fp32,
+// flat) when both hold at least `numel` numbers (the first `numel` are taken: DeepSpeed's ZeRO
+// 1-2 keep the last rank's padding in the moments, not in the weights), and its step; nullopt
+// when it has no such state. A fused Adam (apex's, Transformer Engine's, DeepSpeed's) keeps the
+// step in the parameter's group instead: has_step is false then.
+struct AdamEntry {
+  torch::Tensor exp_avg, exp_avg_sq;
+  int64_t step = 0;
+  bool shaped_as(c10::IntArrayRef shape) const { return saved_shape == shape.vec(); }
+  std::vector<int64_t> saved_shape;  // exp_avg's shape in the file
+  bool has_step = false;
+};
+std::optional<AdamEntry> adam_entry(const PyValue* state, int64_t index, int64_t numel);
+
 // The whole model (eval mode, CPU) of an imported checkpoint; `dir` names it in messages.
 Gpt2 imported_model(ImportedModel m, const std::string& dir);
 
