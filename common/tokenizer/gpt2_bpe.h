@@ -19,9 +19,10 @@
 // encode(): pre-tokenizes (common/tokenizer/gpt2_pretokenizer.h), then for each piece
 // repeatedly merges every occurrence of the lowest-rank adjacent pair, left to
 // right (Megatron's bpe()). A piece spelled as a vocabulary token whose own bytes
-// merge back into it alone (checked for every token at load; all of GPT-2's are)
-// is that token without merging (most pieces of text), looked up in a table
-// that keeps the short tokens' bytes in its slots. Short pieces use that loop directly; long pieces
+// merge back into it alone (checked at load for every token of up to 16 bytes; all
+// of GPT-2's are) is that token without merging (most pieces of text), looked up in
+// a table that keeps those tokens' bytes in its slots. Other short pieces use the
+// merge loop directly; long pieces
 // (> 64 bytes) use a heap over a linked list, O(n log n), which gives the same
 // result because a merge's result never takes part in a lower-ranked merge in a
 // well-formed merges file (checked at load; otherwise the plain loop is used
