@@ -110,6 +110,14 @@ std::map<std::string, Spec> specs() {
   i64("--timing-log-level", &TrainArgs::timing_log_level,
       "time the step's phases (forward-backward, all-grads-sync, optimizer, ...) and print them at every --log-interval: 0 (default), 1 or 2");
   str("--timing-log-option", &TrainArgs::timing_log_option, "the phases' times across ranks: max, minmax (default) or all");
+  flag("--profile", &TrainArgs::profile,
+       "profile the steps from --profile-step-start to --profile-step-end: for Nsight Systems (nsys profile --capture-range=cudaProfilerApi), "
+       "or with --use-pytorch-profiler through LibTorch's profiler");
+  flag("--use-pytorch-profiler", &TrainArgs::use_pytorch_profiler,
+       "with --profile: LibTorch's profiler (CPU operators and, on CUDA, kernels) writes a Chrome trace "
+       "(<host>_<pid>.<ms>.pt.trace.json) into --tensorboard-dir");
+  i64("--profile-step-start", &TrainArgs::profile_step_start, "the iteration count at which profiling starts (default 10)");
+  i64("--profile-step-end", &TrainArgs::profile_step_end, "the iteration count at which profiling stops (default 12)");
   flag("--log-batch-size-to-tensorboard", &TrainArgs::log_batch_size_to_tensorboard, "TensorBoard: batch-size");
   flag("--log-validation-ppl-to-tensorboard", &TrainArgs::log_validation_ppl_to_tensorboard, "TensorBoard: lm loss validation ppl");
   flag("--log-memory-to-tensorboard", &TrainArgs::log_memory_to_tensorboard, "TensorBoard: the CUDA allocator's mem-* figures (CUDA runs)");
@@ -194,6 +202,10 @@ std::map<std::string, Spec> specs() {
                           throw Error(ErrorKind::Usage, "--data-path: give one prefix, or weight prefix pairs (got %zu values)", v.size());
                         for (size_t i = 0; i < v.size(); i += 2) a.data_path.emplace_back(to_double("--data-path weight", v[i]), v[i + 1]);
                       }, "PREFIX, or W1 PREFIX1 W2 PREFIX2 ... (blend)"};
+  m["--profile-ranks"] = {Spec::List, [](TrainArgs& a, const std::vector<std::string>& v) {
+                            a.profile_ranks.clear();
+                            for (const std::string& r : v) a.profile_ranks.push_back(parse_int_flag("--profile-ranks", r));
+                          }, "the global ranks that profile (default 0)"};
   return m;
 }
 

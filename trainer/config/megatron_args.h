@@ -67,6 +67,12 @@ struct TrainArgs {
   int64_t tensorboard_log_interval = 1, tensorboard_queue_size = 1000;
   int64_t timing_log_level = 0;             // Megatron's timers: 0 none, 1 and 2 (trainer/report/phase_timers.h)
   std::string timing_log_option = "minmax";  // max, minmax or all
+  // Megatron's --profile: the steps that start at iterations [profile_step_start, profile_step_end) on the ranks in
+  // profile_ranks, recorded by LibTorch's profiler (--use-pytorch-profiler: a Chrome trace in --tensorboard-dir) or
+  // marked for Nsight Systems (cudaProfilerStart/Stop and NVTX ranges) (trainer/run/step_profiler.h)
+  bool profile = false, use_pytorch_profiler = false;
+  int64_t profile_step_start = 10, profile_step_end = 12;
+  std::vector<int64_t> profile_ranks = {0};
   bool log_timers_to_tensorboard = false, log_batch_size_to_tensorboard = false, log_validation_ppl_to_tensorboard = false;
   bool log_memory_to_tensorboard = false, log_world_size_to_tensorboard = false;
   bool log_learning_rate_to_tensorboard = true, log_loss_scale_to_tensorboard = true;

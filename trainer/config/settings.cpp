@@ -136,6 +136,10 @@ void Rules::schedule_and_logging() {
   require(a_.timing_log_option == "max" || a_.timing_log_option == "minmax" || a_.timing_log_option == "all", "--timing-log-option",
           "must be max, minmax or all");
   require(a_.tensorboard_queue_size > 0, "--tensorboard-queue-size", "must be positive");
+  require(a_.profile_step_start >= 0, "--profile-step-start", "must not be negative");
+  require(a_.profile_step_end > a_.profile_step_start, "--profile-step-end", "must be greater than --profile-step-start");
+  require(!(a_.profile && a_.use_pytorch_profiler) || !a_.tensorboard_dir.empty(), "--use-pytorch-profiler",
+          "writes its trace into --tensorboard-dir, which is not given");
   require(a_.lr_decay_style == "cosine" || a_.lr_decay_style == "linear" || a_.lr_decay_style == "constant", "--lr-decay-style",
           "must be cosine, linear or constant");
 }
@@ -271,6 +275,7 @@ TrainConfig make_train_config(const TrainArgs& flags, int world_size) {
     c.warnings.push_back("no --vocab-file: GPT-2's own vocabulary (" + a.vocab_file + "); give the one your data was tokenized with "
                          "if it was another");
   }
+  if (a.use_pytorch_profiler && !a.profile) c.notes.push_back("--use-pytorch-profiler without --profile: nothing is profiled (as in Megatron)");
   if (a.sequence_parallel && a.tensor_model_parallel_size == 1) {
     c.notes.push_back("--sequence-parallel has no effect with --tensor-model-parallel-size 1 (disabled, as in Megatron)");
     a.sequence_parallel = false;

@@ -29,6 +29,7 @@
 #include "trainer/config/dist_env.h"
 #include "trainer/model/gpt2_model.h"
 #include "trainer/run/loss_scaler.h"
+#include "trainer/run/step_profiler.h"
 #include "trainer/model/tensor_parallel.h"
 #include "trainer/parallel/grid.h"
 #include "trainer/parallel/schedule.h"
@@ -258,6 +259,7 @@ class Trainer {
   }
   std::unique_ptr<TensorBoardLog> tb_;      // rank 0, with --tensorboard-dir
   std::unique_ptr<PhaseTimers> timers_;     // with --timing-log-level
+  std::unique_ptr<StepProfiler> profiler_;  // --profile
   void time_start(const char* phase) {
     if (timers_) timers_->start(phase);
   }
@@ -303,6 +305,7 @@ Trainer::Trainer(const TrainConfig& cfg, const DistEnv& env) : cfg_(cfg), a_(cfg
     timers_ = std::make_unique<PhaseTimers>(static_cast<int>(a_.timing_log_level), [cuda = pl_.cuda] {
       if (cuda) torch::cuda::synchronize();
     });
+  profiler_ = std::make_unique<StepProfiler>(a_, env_.rank, pl_.cuda);
 }
 
 // What the settings came to, where they are not the flags as given (rank 0).
@@ -776,7 +779,9 @@ int Trainer::run() {
   const bool saving = !a_.save.empty();
   install_stop_handler();
   while (st_.iteration < T) {
+    profiler_->before_step(st_.iteration);
     train_step();
+    profiler_->after_step(st_.iteration);
     if (st_.iteration % a_.log_interval == 0 || st_.iteration == T || stop_) log_progress();
     if (stop_) stop_on_signal();
     if (st_.iteration % a_.eval_interval == 0 && !valid_src_->empty()) {
@@ -793,6 +798,7 @@ int Trainer::run() {
       return 0;
     }
   }
+  profiler_->finish();  // a range past the last iteration ends with it, before validation
   // Megatron's last save, never of an iteration this run did not train (iteration 0 included).
   const bool final_save = saving && st_.iteration > first && (a_.save_interval == 0 || st_.iteration % a_.save_interval != 0);
   if (final_save) save();
@@ -806,6 +812,7 @@ int Trainer::run() {
 
 // Every way out of run(): the summary, the logs closed, the ranks released.
 void Trainer::finish() {
+  if (profiler_) profiler_->finish();
   summary();
   if (tb_) tb_->close();
   if (metrics_) metrics_->flush();

@@ -28,5 +28,6 @@ grep -q 'ZeRO-3 + CPU offload' "$out/5/gpu_bench.md"
 [[ $(grep -c '^| zerolm on cpu\|^| torch.optim.AdamW' "$out/6/gpu_bench.md") == 3 ]]
 grep -q 'llm.c.*converted' "$out/7/gpu_bench.md"
 [[ $(grep -c 'compute-sanitizer.*not run (dry' "$out/8/gpu_bench.md") == 2 ]]
+grep -q '^| ProfilerStep#2 | [0-9.]* |' "$out/9/gpu_bench.md" && grep -q '^| matrix products | [0-9.]* |' "$out/9/gpu_bench.md"
 grep -q '^| forward-backward | [0-9.]* |$' "$out/9/gpu_bench.md" && grep -q '^| optimizer | [0-9.]* |$' "$out/9/gpu_bench.md"
 echo "ok: the GPU kit runs (dry)"

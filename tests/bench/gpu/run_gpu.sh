@@ -9,7 +9,7 @@
 #   1  GPT-2 124M, bf16, seq 1024: pretrain_gpt and the plain PyTorch loop, eager
 #   2  124M with torch.compile; 345M pretrain_gpt
 #   3  345M PyTorch eager and torch.compile
-#   4  GPT-2 1.5B without offload (one GPU, activation checkpointing)
+#   4  GPT-2 1.5B without offload (one GPU, activation checkpointing, then without)
 #   5  ZeRO-3 + CPU offload (optimizer and parameters): the largest GPT-2 shape
 #      that the host's memory holds by the memory plan's bytes per parameter
 #   6  the optimizer step of a 1.2B GPT-2 on the GPU and offloaded to the CPU,
@@ -18,7 +18,8 @@
 #      here from a copy of it that the run carries (LLMC_DIR, .llmc by default),
 #      or LLMC_BIN, built already
 #   8  compute-sanitizer (memcheck, synccheck) over the offload path
-#   9  where a 124M step's time goes (Megatron's timers, --timing-log-level 1)
+#   9  where a 124M step's time goes: LibTorch's profiler over two steps
+#      (trace_summary.py), then Megatron's timers (--timing-log-level 1)
 # The build: BIN=DIR, or the carried trainer-alone build (build-kit/bin, made by
 # tests/bench/gpu/build_kit.sh on the CPU machine), or else one built here into
 # build-gpu (nvcc and CMake are on the GPU machine). LD_LIBRARY_PATH gets the
@@ -174,6 +175,11 @@ case $PART in
   if [[ -n "${DRY:-}" ]]; then S1558=(3 64 4 2 4); else S1558=(48 1600 25 4 32); fi
   ours gpt2_1558m "${S1558[@]}" 500 --checkpoint-activations
   row "GPT-2 1.5B" "zerolm, no offload, activation checkpointing" "$OUT/logs/gpt2_1558m.jsonl" "${S1558[0]}" "${S1558[1]}"
+  # Without recomputation, when the time is left (on an H100 the first run peaked at 27.5 GiB).
+  if (( $(left 1000) >= ${NORECOMPUTE_NEED:-$(( SECONDS - START ))} )); then
+    ours gpt2_1558m_norecompute "${S1558[@]}" 500
+    row "GPT-2 1.5B" "zerolm, no offload, no recomputation" "$OUT/logs/gpt2_1558m_norecompute.jsonl" "${S1558[0]}" "${S1558[1]}"
+  fi
   ;;
 5)
   # Host bytes per parameter with --bf16 and ZeRO-3 offload of optimizer and parameters: the
@@ -196,6 +202,15 @@ case $PART in
     ITERS=4 LOGI=2
     ours offload_${L}x$h $L $h $heads $MB $MB 500 --zero-stage 3 --cpu-offload --offload-params --checkpoint-activations
     row "GPT-2-shaped L=$L h=$h" "zerolm ZeRO-3 + CPU offload (optimizer, parameters)" "$OUT/logs/offload_${L}x$h.jsonl" "$L" "$h"
+    # The same with the delayed parameter update (the host's AdamW of step i beside step i+1 on the
+    # device) from the second step on, when the first run left the time for another.
+    if (( $(left 1000) >= ${DPU_NEED:-$(( SECONDS - START ))} )); then
+      ours offload_${L}x${h}_dpu $L $h $heads $MB $MB 500 --zero-stage 3 --cpu-offload --offload-params --checkpoint-activations \
+        --delayed-param-update --delayed-param-update-warmup 1
+      row "GPT-2-shaped L=$L h=$h" "zerolm ZeRO-3 + CPU offload, --delayed-param-update" "$OUT/logs/offload_${L}x${h}_dpu.jsonl" "$L" "$h"
+    else
+      log "offload: no time left for the --delayed-param-update run"
+    fi
   fi
   ;;
 6)
@@ -268,11 +283,30 @@ PYEOF
   done
   ;;
 9)
-  # Where a 124M step's time goes: Megatron's timers (--timing-log-level 1; each phase waits for
-  # the device, so this run is a little slower than part 1's), the last interval's phases in ms.
-  ours gpt2_124m_timed "${S124[@]}" 120 --timing-log-level 1
-  row "GPT-2 124M" "zerolm pretrain_gpt, --timing-log-level 1" "$OUT/logs/gpt2_124m_timed.jsonl" "${S124[0]}" "${S124[1]}"
-  $PY - "$OUT/logs/gpt2_124m_timed.jsonl" >> "$table" <<'PYEOF'
+  # Where a 124M step's time goes: LibTorch's profiler over steps 6 and 7 (--profile
+  # --use-pytorch-profiler; the rate is still that of iterations 21-30), summarised by
+  # trace_summary.py (wall and device-busy time per step, device time by kind of work, the
+  # top kernels); the trace comes back gzipped. Then, if time is left, Megatron's timers
+  # (--timing-log-level 1; each phase waits for the device, so that run is a little slower).
+  P0=5; [[ -n "${DRY:-}" ]] && P0=1  # a dry run has 4 iterations
+  ours gpt2_124m_prof "${S124[@]}" 150 --profile --use-pytorch-profiler --profile-step-start $P0 --profile-step-end $((P0 + 2)) \
+    --tensorboard-dir "$OUT/prof"
+  row "GPT-2 124M" "zerolm pretrain_gpt (steps $((P0 + 1))-$((P0 + 2)) profiled)" "$OUT/logs/gpt2_124m_prof.jsonl" "${S124[0]}" "${S124[1]}"
+  trace=$(ls "$OUT"/prof/*.pt.trace.json 2>/dev/null | head -1)
+  if [[ -n $trace ]]; then
+    { echo; $PY tests/bench/gpu/trace_summary.py "$trace" 2>&1; } >> "$table"
+    gzip -c "$trace" > "$OUT/trace_124m.json.gz"
+  else
+    echo "| GPT-2 124M | profile: failed, no trace (see logs/gpt2_124m_prof.log) | | | | |" >> "$table"
+  fi
+  # --profile without the PyTorch profiler (the range and NVTX ranges for Nsight Systems), a tiny model.
+  ours nvtx_tiny 2 128 4 2 4 60 --profile --profile-step-start 1 --profile-step-end 3
+  rc=$(sed -n 's/.*nvtx_tiny: exit \([0-9]*\).*/\1/p' "$OUT/logs/status.txt" | tail -1)
+  echo "| tiny GPT-2 | --profile for Nsight Systems (cudaProfilerStart/Stop, NVTX): exit ${rc:-?}$([[ $rc == 0 ]] || echo ', failed') | | | | |" >> "$table"
+  if (( $(left 1000) >= 60 )); then
+    ours gpt2_124m_timed "${S124[@]}" 120 --timing-log-level 1
+    row "GPT-2 124M" "zerolm pretrain_gpt, --timing-log-level 1" "$OUT/logs/gpt2_124m_timed.jsonl" "${S124[0]}" "${S124[1]}"
+    $PY - "$OUT/logs/gpt2_124m_timed.jsonl" >> "$table" <<'PYEOF'
 import json, sys
 try:
     t = [r for r in map(json.loads, open(sys.argv[1])) if "timers_ms" in r][-1]["timers_ms"]
@@ -282,6 +316,7 @@ print("\n| phase | ms per iteration |\n|---|---|")
 for name, ms in t.items():
     print(f"| {name} | {ms:.2f} |")
 PYEOF
+  fi
   ;;
 *) echo "PART is 0-9" >&2; exit 2 ;;
 esac

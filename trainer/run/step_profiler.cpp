@@ -1,0 +1,121 @@
+#include "trainer/run/step_profiler.h"
+
+#include <ATen/record_function.h>
+#include <torch/csrc/autograd/profiler_kineto.h>
+#include <torch/cuda.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <optional>
+
+#include "common/core/error.h"
+#include "common/core/log.h"
+#include "trainer/config/megatron_args.h"
+
+#ifdef ZLM_HAVE_CUDA
+#include <cuda_profiler_api.h>
+#endif
+
+namespace zlm::trainer {
+
+namespace fs = std::filesystem;
+namespace prof = torch::profiler::impl;
+
+// The open "ProfilerStep#N" range of the step being recorded.
+struct StepProfiler::Impl {
+  std::optional<at::RecordFunction> step;
+};
+
+namespace {
+
+std::string trace_name() {
+  char host[256] = {};
+  if (::gethostname(host, sizeof host - 1) != 0) std::snprintf(host, sizeof host, "unknown-host");
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  return std::string(host) + "_" + std::to_string(::getpid()) + "." + std::to_string(ms) + ".pt.trace.json";
+}
+
+}  // namespace
+
+StepProfiler::StepProfiler(const TrainArgs& a, int rank, bool cuda)
+    : impl_(std::make_unique<Impl>()), kineto_(a.use_pytorch_profiler), cuda_(cuda), start_(a.profile_step_start),
+      end_(a.profile_step_end), dir_(a.tensorboard_dir) {
+  active_ = a.profile && std::find(a.profile_ranks.begin(), a.profile_ranks.end(), rank) != a.profile_ranks.end();
+  if (!active_) return;
+  if (kineto_) {
+    ZLM_LOG_INF(" > profiling the steps from iteration %ld to %ld with LibTorch's profiler (%s): a Chrome trace in %s", (long)start_,
+                (long)end_, cuda ? "operators and CUDA kernels" : "CPU operators", dir_.c_str());
+  } else if (cuda) {
+    ZLM_LOG_INF(" > profiling the steps from iteration %ld to %ld for Nsight Systems (cudaProfilerStart/Stop, NVTX ranges)", (long)start_,
+                (long)end_);
+  } else {
+    ZLM_LOG_WRN("--profile without --use-pytorch-profiler marks a range for Nsight Systems, which a CPU run does not have: nothing "
+                "is recorded ---> HINT: add --use-pytorch-profiler --tensorboard-dir DIR");
+  }
+}
+
+StepProfiler::~StepProfiler() {
+  try {
+    finish();
+  } catch (const std::exception& e) {
+    ZLM_LOG_WRN("the profile was not written: %s", e.what());
+  }
+}
+
+void StepProfiler::before_step(int64_t iteration) {
+  if (!active_) return;
+  if (!running_ && iteration == start_) {
+    running_ = true;
+    if (kineto_) {
+      std::set<prof::ActivityType> activities{prof::ActivityType::CPU};
+      if (cuda_) activities.insert(prof::ActivityType::CUDA);
+      const prof::ProfilerConfig config(prof::ProfilerState::KINETO, /*report_input_shapes=*/true);
+      torch::autograd::profiler::prepareProfiler(config, activities);
+      torch::autograd::profiler::enableProfiler(config, activities);
+    } else if (cuda_) {
+#ifdef ZLM_HAVE_CUDA
+      cudaProfilerStart();
+#endif
+      torch::autograd::profiler::enableProfiler(prof::ProfilerConfig(prof::ProfilerState::NVTX, /*report_input_shapes=*/true), {});
+    }
+  }
+  if (running_ && kineto_) {
+    impl_->step.emplace(at::RecordScope::USER_SCOPE);
+    if (impl_->step->isActive()) impl_->step->before("ProfilerStep#" + std::to_string(iteration));
+  }
+}
+
+void StepProfiler::after_step(int64_t iteration) {
+  if (!running_) return;
+  impl_->step.reset();
+  if (iteration >= end_) finish();
+}
+
+void StepProfiler::finish() {
+  if (!running_) return;
+  running_ = false;
+  impl_->step.reset();
+  if (!kineto_) {
+    if (!cuda_) return;
+    torch::autograd::profiler::disableProfiler();
+#ifdef ZLM_HAVE_CUDA
+    cudaProfilerStop();
+#endif
+    return;
+  }
+  if (cuda_) torch::cuda::synchronize();
+  std::unique_ptr<torch::autograd::profiler::ProfilerResult> result = torch::autograd::profiler::disableProfiler();
+  fs::create_directories(dir_);
+  const fs::path path = fs::path(dir_) / trace_name();
+  const fs::path tmp = path.string() + ".tmp";
+  result->save(tmp.string());
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  if (ec) throw Error(ErrorKind::Io, "cannot rename the profile %s to %s: %s", tmp.c_str(), path.c_str(), ec.message().c_str());
+  trace_path_ = path.string();
+  ZLM_LOG_INF(" > profile of the steps from iteration %ld to %ld: %s", (long)start_, (long)end_, trace_path_.c_str());
+}
+
+}  // namespace zlm::trainer
