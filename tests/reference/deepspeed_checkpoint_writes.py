@@ -18,18 +18,14 @@ And pretrain_gpt --load of the same checkpoint continues with those losses too.
 
   deepspeed_checkpoint_writes.py BIN_DIR DATA_DIR WORK_DIR    (exit 77: a package is missing)
 """
-import json
 import os
 import shutil
 import sys
 
 from reference_env import fresh_dir
-from deepspeed_run import GLOBAL, H, HEADS, L, LR, MICRO, SEQ, VOCAB, Run, adamw_groups, end_worker, start_worker
+from deepspeed_run import GLOBAL, Run, continue_run, cosine_engine, end_worker, spawn_engines, start_worker
 import torch
-import torch.multiprocessing as mp
 from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
-from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
-import megatron_cpu
 from megatron_samples import sample_reader
 
 BIN, DATA_DIR, WORK = sys.argv[1:4]
@@ -46,25 +42,11 @@ def ckpt_of(world, stage):
 
 def worker(rank, world, stages, out):
     start_worker(out, rank, world)
-    import deepspeed
     sample = sample_reader(RUN.data, RUN.index)
     for stage in stages:
-        model = megatron_cpu.gpt(L, H, HEADS, SEQ, VOCAB, seed=77)  # other weights than pretrain_gpt's: the load must replace them
-        opt = adamw_groups(model)
-        steps = (N + K) * GLOBAL  # Megatron's scheduler counts samples
-        sched = OptimizerParamScheduler(opt, init_lr=0.0, max_lr=LR, min_lr=MIN_LR, lr_warmup_steps=WARMUP * GLOBAL, lr_decay_steps=steps,
-                                        lr_decay_style="cosine", start_wd=0.01, end_wd=0.01, wd_incr_steps=steps, wd_incr_style="constant")
-        cfg = {"train_micro_batch_size_per_gpu": MICRO, "gradient_accumulation_steps": GLOBAL // (MICRO * world),
-               "zero_optimization": {"stage": stage}, "gradient_clipping": 0.0, "steps_per_print": 10 ** 9}
-        engine, _, _, _ = deepspeed.initialize(model=model, optimizer=opt, lr_scheduler=sched, config=cfg, dist_init_required=False)
-        path, client = engine.load_checkpoint(ckpt_of(world, stage), tag=f"global_step{N}")
-        state = {"loaded": path is not None, "iteration": client.get("iteration") if client else None, "global_steps": engine.global_steps,
-                 "scheduler_steps": sched.num_steps, "losses": {}}
-        for it in range(N + 1, N + K + 1):
-            state["losses"][it] = Run.iteration(engine, sample, it, rank, world, lr_kwargs={"increment": GLOBAL})
-        if rank == 0:
-            with open(os.path.join(out, f"w{world}_z{stage}.json"), "w") as f:
-                json.dump(state, f)
+        engine, sched = cosine_engine(world, stage, N + K, WARMUP, MIN_LR)
+        loaded = engine.load_checkpoint(ckpt_of(world, stage), tag=f"global_step{N}")
+        continue_run(engine, sched, loaded, sample, rank, world, N + 1, K, os.path.join(out, f"w{world}_z{stage}.json"))
     end_worker()
 
 
@@ -90,14 +72,11 @@ def main():
         files = sorted(os.listdir(tag))
         ok &= check(os.path.exists(os.path.join(d, "latest")) and len([f for f in files if f.endswith("optim_states.pt")]) == (world if stage else 0),
                     f"w{world}_z{stage}: pretrain_gpt wrote {', '.join(files)}")
-    for world in (1, 2):
-        out = fresh_dir(os.path.join(WORK, f"ds{world}"))
-        mp.spawn(worker, args=(world, [s for w, s in CASES if w == world], out), nprocs=world, join=True)
+    engines = spawn_engines(worker, CASES, WORK)
     for world, stage in CASES:
         name = f"w{world}_z{stage}"
-        with open(os.path.join(WORK, f"ds{world}", name + ".json")) as f:
-            ds = json.load(f)
-        theirs = {int(k): v for k, v in ds["losses"].items()}
+        ds = engines[(world, stage)]
+        theirs = ds["losses"]
         ok &= check(ds["loaded"] and ds["iteration"] == N and ds["global_steps"] == N and ds["scheduler_steps"] == N * GLOBAL,
                     f"{name}: DeepSpeed's load_checkpoint took it (client iteration {ds['iteration']}, global_steps {ds['global_steps']}, "
                     f"scheduler at {ds['scheduler_steps']} samples)")

@@ -101,6 +101,54 @@ def adamw_groups(model, weight_decay=0.01):
                               {"params": no_decay, "weight_decay": 0.0, "wd_mult": 0.0, "lr_mult": 1.0}], lr=LR)
 
 
+def cosine_engine(world, stage, iters, warmup, min_lr, **config):
+    """DeepSpeed's engine over megatron-core's GPTModel (other initial weights than pretrain_gpt's, so a
+    load must replace them), torch's AdamW in Megatron's groups and megatron-core's cosine scheduler
+    with warm-up over `iters` iterations (it counts samples), at ZeRO `stage`; returns (engine, scheduler)."""
+    import deepspeed
+    from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
+    model = megatron_cpu.gpt(L, H, HEADS, SEQ, VOCAB, seed=77)
+    opt = adamw_groups(model)
+    steps = iters * GLOBAL
+    sched = OptimizerParamScheduler(opt, init_lr=0.0, max_lr=LR, min_lr=min_lr, lr_warmup_steps=warmup * GLOBAL, lr_decay_steps=steps,
+                                    lr_decay_style="cosine", start_wd=0.01, end_wd=0.01, wd_incr_steps=steps, wd_incr_style="constant")
+    cfg = {"train_micro_batch_size_per_gpu": MICRO, "gradient_accumulation_steps": GLOBAL // (MICRO * world),
+           "zero_optimization": {"stage": stage}, "gradient_clipping": 0.0, "steps_per_print": 10 ** 9, **config}
+    engine, _, _, _ = deepspeed.initialize(model=model, optimizer=opt, lr_scheduler=sched, config=cfg, dist_init_required=False)
+    return engine, sched
+
+
+def continue_run(engine, sched, loaded, sample, rank, world, first, count, path):
+    """After engine.load_checkpoint returned `loaded` (its path and client state): the load's
+    outcome and the losses of iterations first..first+count-1, written by rank 0 to `path` as JSON."""
+    where, client = loaded
+    state = {"loaded": where is not None, "iteration": client.get("iteration") if client else None, "global_steps": engine.global_steps,
+             "scheduler_steps": sched.num_steps, "losses": {}}
+    for it in range(first, first + count):
+        state["losses"][it] = Run.iteration(engine, sample, it, rank, world, lr_kwargs={"increment": GLOBAL})
+    if rank == 0:
+        with open(path, "w") as f:
+            json.dump(state, f)
+
+
+def spawn_engines(worker, cases, work):
+    """worker(rank, world, stages, out) spawned once per rank count of `cases` ((world, stage) pairs),
+    each case's continue_run written to out/w{world}_z{stage}.json; returns those states by case,
+    the losses keyed by iteration."""
+    import torch.multiprocessing as mp
+    from reference_env import fresh_dir
+    states = {}
+    for world in sorted({w for w, _ in cases}):
+        out = fresh_dir(os.path.join(work, f"ds{world}"))
+        mp.spawn(worker, args=(world, [s for w, s in cases if w == world], out), nprocs=world, join=True)
+        for stage in (s for w, s in cases if w == world):
+            with open(os.path.join(out, f"w{world}_z{stage}.json")) as f:
+                st = json.load(f)
+            st["losses"] = {int(k): v for k, v in st["losses"].items()}
+            states[(world, stage)] = st
+    return states
+
+
 def start_worker(out, rank, world):
     """A spawned rank: its environment for DeepSpeed, one thread, and the Gloo group (megatron_cpu)."""
     os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world))

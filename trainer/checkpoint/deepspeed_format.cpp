@@ -340,8 +340,8 @@ ModuleOptimizer module_optimizer(const PyValue& module, const PyValue* opt) {
     flat = masters != nullptr;
   }
   std::vector<std::pair<std::string, torch::Tensor>> params;
-  for (const auto& [k, v] : module.entries)
-    if (v->is(PyValue::Kind::Tensor)) params.emplace_back(k->as_str(), v->tensor);
+  for (const auto& [k, v] : module.entries)  // megatron-core's _extra_state: None, or (Transformer Engine) a byte tensor
+    if (v->is(PyValue::Kind::Tensor) && !k->as_str().ends_with("_extra_state")) params.emplace_back(k->as_str(), v->tensor);
   try {
     if (masters && !masters->is(PyValue::Kind::List)) throw Error(ErrorKind::Format, "its fp32 master weights are %s", masters->describe().c_str());
     read_module_optimizer(params, *opt, masters, flat, out);
@@ -791,6 +791,31 @@ PyValue optim_states(const std::vector<Group>& groups, const RankPieces& r, cons
   return top;
 }
 
+// What DeepSpeed's universal-checkpoint converter (ds_to_universal) needs to merge the
+// tensor-parallel slices under megatron-core's names: the tensors every TP rank holds whole
+// (LayerNorms, position embeddings, the row-parallel layers' biases) and those cut along their
+// rows' inputs (the row-parallel weights); the rest are cut along dimension 0. No vocabulary
+// patterns: with them the converter cuts the padded rows, which training updates, and a resume
+// would start them from zero.
+std::shared_ptr<PyValue> universal_checkpoint_info() {
+  auto patterns = [](std::initializer_list<const char*> ps) {
+    auto l = py_list();
+    for (const char* p : ps) l->items.push_back(py_str(p));
+    return l;
+  };
+  auto info = py_dict();
+  info->entries.emplace_back(py_str("universal_checkpoint_version"), py_float(0.4));
+  info->entries.emplace_back(py_str("tp_replicated_parameter_patterns"),
+                             patterns({R"(embedding\.position_embeddings\.weight$)", R"(decoder\.layers\.\d+\.input_layernorm\.)",
+                                       R"(decoder\.layers\.\d+\.pre_mlp_layernorm\.)", R"(decoder\.final_layernorm\.)",
+                                       R"(decoder\.layers\.\d+\.self_attention\.linear_proj\.bias$)",
+                                       R"(decoder\.layers\.\d+\.mlp\.linear_fc2\.bias$)"}));
+  info->entries.emplace_back(py_str("parameter_with_row_parallelism_patterns"),
+                             patterns({R"(decoder\.layers\.\d+\.self_attention\.linear_proj\.weight$)",
+                                       R"(decoder\.layers\.\d+\.mlp\.linear_fc2\.weight$)"}));
+  return info;
+}
+
 // The engine's model-states file: the module (ZeRO 3: empty tensors, the weights being in the
 // partitions), the groups' parameter shapes in order, counters, the scheduler, the config, and
 // Megatron-DeepSpeed's client state (args, iteration).
@@ -800,15 +825,15 @@ PyValue model_states(const std::shared_ptr<PyValue>& module, const std::vector<G
   PyValue top;
   top.kind = PyValue::Kind::Dict;
   auto put = [&](const char* k, std::shared_ptr<PyValue> v) { top.entries.emplace_back(py_str(k), std::move(v)); };
-  std::shared_ptr<PyValue> mod = module;
-  const bool low = run.fp16 || run.bf16;  // the module holds the training dtype's weights
-  if (stage3 || low) {
-    const auto dtype = run.bf16 ? torch::kBFloat16 : run.fp16 ? torch::kHalf : torch::kFloat;
-    mod = py_dict();
-    for (const auto& [k, v] : module->entries) {
-      if (!v->is(PyValue::Kind::Tensor)) mod->entries.emplace_back(k, v);
-      else mod->entries.emplace_back(k, py_tensor(stage3 ? torch::empty({0}, dtype) : v->tensor.to(dtype)));
-    }
+  // The module in the training dtype (ZeRO 3: empty tensors). megatron-core's _extra_state
+  // entries are empty byte tensors, as Transformer Engine's layers save theirs: its local layers
+  // ignore the value, and DeepSpeed's universal-checkpoint converter calls .float() on every
+  // module entry, which a None stops.
+  const auto dtype = run.bf16 ? torch::kBFloat16 : run.fp16 ? torch::kHalf : torch::kFloat;
+  auto mod = py_dict();
+  for (const auto& [k, v] : module->entries) {
+    if (!v->is(PyValue::Kind::Tensor)) mod->entries.emplace_back(k, k->as_str().ends_with("_extra_state") ? py_tensor(torch::empty({0}, torch::kUInt8)) : v);
+    else mod->entries.emplace_back(k, py_tensor(stage3 ? torch::empty({0}, dtype) : v->tensor.to(dtype)));
   }
   put("module", mod);
   put("buffer_names", py_list());
@@ -837,6 +862,7 @@ PyValue model_states(const std::shared_ptr<PyValue>& module, const std::vector<G
   put("ds_config", ds_config);
   put("ds_version", py_str(kDeepSpeedVersion));
   put("args", megatron_args(part));
+  put("universal_checkpoint_info", universal_checkpoint_info());
   put("checkpoint_version", py_float(3.0));
   put("iteration", py_int(part.iteration));
   return top;

@@ -1,0 +1,150 @@
+"""Reference test: DeepSpeed's universal-checkpoint converter (ds_to_universal)
+reads what pretrain_gpt --ckpt-format deepspeed writes, and DeepSpeed's engine
+continues the run from the universal checkpoint.
+
+pretrain_gpt trains the tiny GPT for N + K iterations at ZeRO 1, 2 and 3 on 1 and
+2 ranks, saving DeepSpeed's checkpoint at N; the same run saved in Megatron's
+format (with zerolm's Adam state) gives the truth at N. Then, with DeepSpeed 0.19
+on the CPU:
+  - `python -m deepspeed.checkpoint.ds_to_universal` (strict, as it runs by default)
+    converts global_stepN; every parameter's fp32.pt, exp_avg.pt and exp_avg_sq.pt
+    equal pretrain_gpt's weights and moments exactly (tolerance 0);
+  - DeepSpeed's engine (megatron-core's GPTModel with other initial weights, torch's
+    AdamW in Megatron's two groups, megatron-core's scheduler) with
+    "checkpoint": {"load_universal": true} at the same stage and rank count loads it
+    and trains K more iterations: pretrain_gpt's losses within 1e-5 relative. At
+    ZeRO 3, DeepSpeed 0.19.8's universal loader hands one step tensor to every
+    sub-group (AdamW then counts each step once per group) and gives every group
+    the first group's hyperparameters; the test undoes both after the load, as a
+    user must, and says so.
+And tensor parallelism: a TP 2 run's files convert, the converter's merged fp32
+weights equal what convert_gpt reads from the same files (the merge patterns of
+the row-parallel and replicated tensors are right).
+
+  deepspeed_universal_checkpoint.py BIN_DIR DATA_DIR WORK_DIR    (exit 77: a package is missing)
+"""
+import os
+import subprocess
+import sys
+
+from reference_env import fresh_dir
+from deepspeed_run import GLOBAL, Run, continue_run, cosine_engine, end_worker, spawn_engines, start_worker
+import torch
+from megatron_samples import sample_reader
+
+BIN, DATA_DIR, WORK = sys.argv[1:4]
+N, K, WARMUP, MIN_LR = 3, 3, 2, 3e-4
+RUN = Run(BIN, DATA_DIR, WORK, iters=N + K)
+SCHEDULE = ("--lr-decay-style", "cosine", "--lr-warmup-iters", str(WARMUP), "--min-lr", str(MIN_LR))
+CASES = [(1, 1), (2, 1), (2, 2), (1, 3), (2, 3)]
+TOLERANCE = 1e-5
+TAG = f"global_step{N}"
+
+
+def universal(world, stage):
+    return os.path.join(WORK, f"univ_w{world}_z{stage}")
+
+
+def convert(src, dst):
+    """ds_to_universal of src/TAG into dst/TAG, as its users run it (strict); returns its stderr tail."""
+    r = subprocess.run([sys.executable, "-m", "deepspeed.checkpoint.ds_to_universal", "--input_folder", os.path.join(src, TAG), "--output_folder",
+                        os.path.join(dst, TAG), "--num_extract_workers", "1", "--num_merge_workers", "1"],
+                       capture_output=True, text=True, env=dict(os.environ, DS_ACCELERATOR="cpu", OMP_NUM_THREADS="1"))
+    return r.returncode, (r.stderr + r.stdout)[-1500:]
+
+
+def converted(dst, name, state, shape):
+    """The converter's tensor for one parameter: a dict with 'param' (ZeRO 1-2) or a flat tensor (ZeRO 3)."""
+    t = torch.load(os.path.join(dst, TAG, "zero", name, state + ".pt"), weights_only=False)
+    return (t["param"] if isinstance(t, dict) else t).reshape(shape)
+
+
+def repair_stage3(engine, dst):
+    """DeepSpeed 0.19.8's ZeRO-3 universal load: one step tensor shared by every sub-group, and the
+    first group's hyperparameters in every group. Give each state its own step and each group its own."""
+    opt = engine.optimizer.optimizer
+    for st in opt.state.values():
+        if torch.is_tensor(st.get("step")):
+            st["step"] = st["step"].clone()
+    saved = torch.load(os.path.join(dst, TAG, "zero", "optimizer_state.pt"), weights_only=False)["param_groups"]
+    for group, mine in zip(opt.param_groups, saved):
+        group.update({k: v for k, v in mine.items() if k != "params"})
+
+
+def worker(rank, world, stages, out):
+    start_worker(out, rank, world)
+    sample = sample_reader(RUN.data, RUN.index)
+    for stage in stages:
+        engine, sched = cosine_engine(world, stage, N + K, WARMUP, MIN_LR, checkpoint={"load_universal": True})
+        loaded = engine.load_checkpoint(universal(world, stage), tag=TAG)
+        if stage == 3:
+            repair_stage3(engine, universal(world, stage))
+        continue_run(engine, sched, loaded, sample, rank, world, N + 1, K, os.path.join(out, f"w{world}_z{stage}.json"))
+    end_worker()
+
+
+def check(good, text):
+    print(f"{'ok  ' if good else 'FAIL'} {text}")
+    return good
+
+
+def conversions():
+    """Every case converted, its tensors against the truth; returns (ok, our losses by case)."""
+    ok, ours, truth = True, {}, {}
+    for world, stage in CASES:
+        d = os.path.join(WORK, f"ours_w{world}_z{stage}")
+        common = ("--nproc-per-node", str(world), "--zero-stage", str(stage), "--save-interval", str(N))
+        RUN.pretrain(d, *common, "--ckpt-format", "deepspeed", schedule=SCHEDULE)
+        ours[(world, stage)] = Run.losses(d)
+        t = os.path.join(WORK, f"truth_w{world}_z{stage}")  # stages sum gradients in their own order: the truth of the same stage
+        RUN.pretrain(t, *common, "--ckpt-format", "torch", schedule=SCHEDULE)
+        sd = torch.load(os.path.join(t, f"iter_{N:07d}", "mp_rank_00", "model_optim_rng.pt"), weights_only=False)
+        weights = {k: v for k, v in sd["model"].items() if torch.is_tensor(v)}
+        want = {"fp32": weights, **{s: {k: sd["zerolm_optimizer"][s][k] for k in weights} for s in ("exp_avg", "exp_avg_sq")}}
+        rc, log = convert(d, universal(world, stage))
+        name = f"w{world}_z{stage}"
+        if not check(rc == 0, f"{name}: ds_to_universal converts it" + ("" if rc == 0 else f":\n{log}")):
+            ok = False
+            continue
+        diff = max((converted(universal(world, stage), p, s, w.shape) - w).abs().max().item() for s, ws in want.items() for p, w in ws.items())
+        ok &= check(diff == 0, f"{name}: its fp32, exp_avg and exp_avg_sq of all {len(want['fp32'])} parameters equal pretrain_gpt's "
+                    f"(largest difference {diff:.1e})")
+    return ok, ours
+
+
+def tensor_parallel():
+    """TP 2: the converter's merged weights against convert_gpt's reading of the same files."""
+    d, u, m = (os.path.join(WORK, x) for x in ("ours_tp2", "univ_tp2", "merged_tp2"))
+    RUN.pretrain(d, "--nproc-per-node", "2", "--tensor-model-parallel-size", "2", "--zero-stage", "1", "--exit-interval", str(N),
+                 "--ckpt-format", "deepspeed", schedule=SCHEDULE)  # saved at N, which `latest` names
+    rc, log = convert(d, u)
+    if not check(rc == 0, "tp2: ds_to_universal converts a TP 2 checkpoint" + ("" if rc == 0 else f":\n{log}")):
+        return False
+    r = subprocess.run([os.path.join(BIN, "convert_gpt"), "--load", d, "--vocab-file", RUN.vocab_file, "--export-megatron", m, "-q"],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-2000:]
+    sd = torch.load(os.path.join(m, f"iter_{N:07d}", "mp_rank_00", "model_optim_rng.pt"), weights_only=False)["model"]
+    want = {k: v for k, v in sd.items() if torch.is_tensor(v)}
+    diff = max((converted(u, p, "fp32", w.shape) - w).abs().max().item() for p, w in want.items())
+    return check(diff == 0, f"tp2: its merged fp32 weights of all {len(want)} parameters (row-parallel, replicated, column-parallel) equal "
+                 f"convert_gpt's reading of the same files (largest difference {diff:.1e})")
+
+
+def main():
+    fresh_dir(WORK)
+    ok, ours = conversions()
+    ok &= tensor_parallel()
+    if not ok:
+        sys.exit(1)
+    for (world, stage), ds in spawn_engines(worker, CASES, WORK).items():
+        name = f"w{world}_z{stage}"
+        theirs = ds["losses"]
+        diff = max(abs(theirs[it] - ours[(world, stage)][it]) / abs(ours[(world, stage)][it]) for it in range(N + 1, N + K + 1))
+        ok &= check(ds["loaded"] and ds["iteration"] == N and ds["global_steps"] == N and ds["scheduler_steps"] == N * GLOBAL and diff <= TOLERANCE,
+                    f"{name}: DeepSpeed's engine loads the universal checkpoint{' (its ZeRO-3 step and groups repaired)' if stage == 3 else ''} "
+                    f"and continues iterations {N + 1}-{N + K} with pretrain_gpt's losses within {diff:.1e} (relative)")
+    sys.exit(0 if ok else 1)
+
+
+if __name__ == "__main__":
+    main()
