@@ -136,8 +136,8 @@ void Rules::schedule_and_logging() {
   require(a_.timing_log_option == "max" || a_.timing_log_option == "minmax" || a_.timing_log_option == "all", "--timing-log-option",
           "must be max, minmax or all");
   require(a_.tensorboard_queue_size > 0, "--tensorboard-queue-size", "must be positive");
-  require(a_.profile_step_start >= 0, "--profile-step-start", "must not be negative");
-  require(a_.profile_step_end > a_.profile_step_start, "--profile-step-end", "must be greater than --profile-step-start");
+  require(!a_.profile || a_.profile_step_start >= 0, "--profile-step-start", "must not be negative");
+  require(!a_.profile || a_.profile_step_end > a_.profile_step_start, "--profile-step-end", "must be greater than --profile-step-start");
   require(!(a_.profile && a_.use_pytorch_profiler) || !a_.tensorboard_dir.empty(), "--use-pytorch-profiler",
           "writes its trace into --tensorboard-dir, which is not given");
   require(a_.lr_decay_style == "cosine" || a_.lr_decay_style == "linear" || a_.lr_decay_style == "constant", "--lr-decay-style",

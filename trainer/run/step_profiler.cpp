@@ -45,8 +45,8 @@ StepProfiler::StepProfiler(const TrainArgs& a, int rank, bool cuda)
   active_ = a.profile && std::find(a.profile_ranks.begin(), a.profile_ranks.end(), rank) != a.profile_ranks.end();
   if (!active_) return;
   if (kineto_) {
-    ZLM_LOG_INF(" > profiling the steps from iteration %ld to %ld with LibTorch's profiler (%s): a Chrome trace in %s", (long)start_,
-                (long)end_, cuda ? "operators and CUDA kernels" : "CPU operators", dir_.c_str());
+    ZLM_LOG_INF(" > profiling this run's steps %ld-%ld with LibTorch's profiler (%s): a Chrome trace in %s", (long)std::max<int64_t>(start_, 1),
+                (long)end_ - 1, cuda ? "operators and CUDA kernels" : "CPU operators", dir_.c_str());
   } else if (cuda) {
     ZLM_LOG_INF(" > profiling the steps from iteration %ld to %ld for Nsight Systems (cudaProfilerStart/Stop, NVTX ranges)", (long)start_,
                 (long)end_);
@@ -56,55 +56,79 @@ StepProfiler::StepProfiler(const TrainArgs& a, int rank, bool cuda)
   }
 }
 
-StepProfiler::~StepProfiler() {
-  try {
-    finish();
-  } catch (const std::exception& e) {
-    ZLM_LOG_WRN("the profile was not written: %s", e.what());
+StepProfiler::~StepProfiler() { finish(); }
+
+// Megatron's schedules: torch.profiler's counts this run's steps from 1 (recording steps
+// max(start, 1) .. end - 1); the Nsight range is by the iteration count itself.
+bool StepProfiler::starts_at(int64_t iteration) {
+  if (kineto_) return steps_ + 1 == std::max<int64_t>(start_, 1) && steps_ + 1 < end_;
+  if (iteration > start_ && first_ == iteration && !warned_late_) {
+    warned_late_ = true;
+    ZLM_LOG_WRN("--profile-step-start %ld: this run starts at iteration %ld, past it: nothing is profiled (as in Megatron)", (long)start_,
+                (long)iteration);
   }
+  return iteration == start_;
+}
+
+// After a step (steps_ not yet counting it): the last recorded one is step end - 1, or iteration end.
+bool StepProfiler::ends_at(int64_t iteration) const { return kineto_ ? steps_ + 1 >= end_ - 1 : iteration >= end_; }
+
+void StepProfiler::start() {
+  if (kineto_) {
+    std::set<prof::ActivityType> activities{prof::ActivityType::CPU};
+    if (cuda_) activities.insert(prof::ActivityType::CUDA);
+    const prof::ProfilerConfig config(prof::ProfilerState::KINETO, /*report_input_shapes=*/true);
+    torch::autograd::profiler::prepareProfiler(config, activities);
+    torch::autograd::profiler::enableProfiler(config, activities);
+  } else if (cuda_) {
+#ifdef ZLM_HAVE_CUDA
+    cudaProfilerStart();
+#endif
+    torch::autograd::profiler::enableProfiler(prof::ProfilerConfig(prof::ProfilerState::NVTX, /*report_input_shapes=*/true), {});
+  } else {
+    return;
+  }
+  running_ = true;
 }
 
 void StepProfiler::before_step(int64_t iteration) {
   if (!active_) return;
-  if (!running_ && iteration == start_) {
-    running_ = true;
-    if (kineto_) {
-      std::set<prof::ActivityType> activities{prof::ActivityType::CPU};
-      if (cuda_) activities.insert(prof::ActivityType::CUDA);
-      const prof::ProfilerConfig config(prof::ProfilerState::KINETO, /*report_input_shapes=*/true);
-      torch::autograd::profiler::prepareProfiler(config, activities);
-      torch::autograd::profiler::enableProfiler(config, activities);
-    } else if (cuda_) {
-#ifdef ZLM_HAVE_CUDA
-      cudaProfilerStart();
-#endif
-      torch::autograd::profiler::enableProfiler(prof::ProfilerConfig(prof::ProfilerState::NVTX, /*report_input_shapes=*/true), {});
-    }
-  }
-  if (running_ && kineto_) {
+  if (first_ < 0) first_ = iteration;
+  if (!running_ && starts_at(iteration)) start();
+  if (running_ && kineto_) {  // named as torch.profiler names its steps: this run's count from 1
     impl_->step.emplace(at::RecordScope::USER_SCOPE);
-    if (impl_->step->isActive()) impl_->step->before("ProfilerStep#" + std::to_string(iteration));
+    if (impl_->step->isActive()) impl_->step->before("ProfilerStep#" + std::to_string(steps_ + 1));
   }
 }
 
 void StepProfiler::after_step(int64_t iteration) {
+  if (!active_) return;
+  const bool stop = running_ && ends_at(iteration);
+  ++steps_;
   if (!running_) return;
   impl_->step.reset();
-  if (iteration >= end_) finish();
+  if (stop) finish();
 }
 
 void StepProfiler::finish() {
   if (!running_) return;
   running_ = false;
   impl_->step.reset();
-  if (!kineto_) {
-    if (!cuda_) return;
-    torch::autograd::profiler::disableProfiler();
+  try {
+    if (kineto_) {
+      write_trace();
+    } else {
+      torch::autograd::profiler::disableProfiler();
 #ifdef ZLM_HAVE_CUDA
-    cudaProfilerStop();
+      cudaProfilerStop();
 #endif
-    return;
+    }
+  } catch (const std::exception& e) {
+    ZLM_LOG_WRN("the profile was not written: %s", e.what());
   }
+}
+
+void StepProfiler::write_trace() {
   if (cuda_) torch::cuda::synchronize();
   std::unique_ptr<torch::autograd::profiler::ProfilerResult> result = torch::autograd::profiler::disableProfiler();
   fs::create_directories(dir_);
@@ -115,7 +139,8 @@ void StepProfiler::finish() {
   fs::rename(tmp, path, ec);
   if (ec) throw Error(ErrorKind::Io, "cannot rename the profile %s to %s: %s", tmp.c_str(), path.c_str(), ec.message().c_str());
   trace_path_ = path.string();
-  ZLM_LOG_INF(" > profile of the steps from iteration %ld to %ld: %s", (long)start_, (long)end_, trace_path_.c_str());
+  ZLM_LOG_INF(" > profile of this run's steps %ld-%ld: %s", (long)std::max<int64_t>(start_, 1), (long)std::min(end_ - 1, steps_),
+              trace_path_.c_str());
 }
 
 }  // namespace zlm::trainer

@@ -283,7 +283,7 @@ PYEOF
   done
   ;;
 9)
-  # Where a 124M step's time goes: LibTorch's profiler over steps 6 and 7 (--profile
+  # Where a 124M step's time goes: LibTorch's profiler over steps 5 and 6 (--profile
   # --use-pytorch-profiler; the rate is still that of iterations 21-30), summarised by
   # trace_summary.py (wall and device-busy time per step, device time by kind of work, the
   # top kernels); the trace comes back gzipped. Then, if time is left, Megatron's timers
@@ -291,7 +291,7 @@ PYEOF
   P0=5; [[ -n "${DRY:-}" ]] && P0=1  # a dry run has 4 iterations
   ours gpt2_124m_prof "${S124[@]}" 150 --profile --use-pytorch-profiler --profile-step-start $P0 --profile-step-end $((P0 + 2)) \
     --tensorboard-dir "$OUT/prof"
-  row "GPT-2 124M" "zerolm pretrain_gpt (steps $((P0 + 1))-$((P0 + 2)) profiled)" "$OUT/logs/gpt2_124m_prof.jsonl" "${S124[0]}" "${S124[1]}"
+  row "GPT-2 124M" "zerolm pretrain_gpt (steps $P0-$((P0 + 1)) profiled)" "$OUT/logs/gpt2_124m_prof.jsonl" "${S124[0]}" "${S124[1]}"
   trace=$(ls "$OUT"/prof/*.pt.trace.json 2>/dev/null | head -1)
   if [[ -n $trace ]]; then
     { echo; $PY tests/bench/gpu/trace_summary.py "$trace" 2>&1; } >> "$table"

@@ -2,7 +2,8 @@
 `pretrain_gpt --profile --use-pytorch-profiler` (LibTorch's profiler) writes,
 as Markdown tables:
 
-  - per profiled step: the step's wall time (its "ProfilerStep#N" range), the time
+  - per profiled step: the step's wall time (its "ProfilerStep#N" range: pretrain_gpt's
+    train_step, without the logging, evaluation and saving around it), the time
     the GPU was busy (the union of its kernels, copies and sets) and so how long it
     sat idle waiting for the host;
   - the device's time by kind of work (matrix products, attention, layer norm, GELU,
@@ -87,7 +88,11 @@ def main():
     if not steps:
         sys.exit(f"trace_summary: {args.trace} has no ProfilerStep#N range (not a pretrain_gpt --profile trace?)")
     n = len(steps)
-    device = [e for e in events if e.get("cat") in DEVICE_CATS]
+
+    def in_steps(e):  # work that overlaps a profiled step (not what ran between or after them)
+        return any(e["ts"] < s["ts"] + s["dur"] and e["ts"] + e["dur"] > s["ts"] for s in steps)
+
+    device = [e for e in events if e.get("cat") in DEVICE_CATS and in_steps(e)]
     print(f"{n} profiled steps ({', '.join(s['name'] for s in steps)})\n")
     print("| step | wall (ms) | device busy (ms) | device idle (ms) |")
     print("|---|---|---|---|")
@@ -98,7 +103,7 @@ def main():
     if device:
         items, what = [(e["name"], float(e["dur"])) for e in device], "kernel"
     else:  # a CPU run: the operators' self time
-        ops = [e for e in events if e.get("cat") == "cpu_op"]
+        ops = [e for e in events if e.get("cat") == "cpu_op" and in_steps(e)]
         items, what = self_times(ops), "operator (self time)"
     total = sum(d for _, d in items) or 1.0
     by_kind, by_name, calls = collections.Counter(), collections.Counter(), collections.Counter()
