@@ -46,7 +46,7 @@ def worker(rank, world, stages, out):
     for stage in stages:
         engine, sched = cosine_engine(world, stage, N + K, WARMUP, MIN_LR)
         loaded = engine.load_checkpoint(ckpt_of(world, stage), tag=f"global_step{N}")
-        continue_run(engine, sched, loaded, sample, rank, world, N + 1, K, os.path.join(out, f"w{world}_z{stage}.json"))
+        continue_run(engine, sched, loaded, sample, rank, world, N + 1, K, os.path.join(out, f"{stage}.json"))
     end_worker()
 
 

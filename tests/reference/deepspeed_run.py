@@ -132,17 +132,17 @@ def continue_run(engine, sched, loaded, sample, rank, world, first, count, path)
 
 
 def spawn_engines(worker, cases, work):
-    """worker(rank, world, stages, out) spawned once per rank count of `cases` ((world, stage) pairs),
-    each case's continue_run written to out/w{world}_z{stage}.json; returns those states by case,
-    the losses keyed by iteration."""
+    """worker(rank, world, jobs, out) spawned once per rank count of `cases` ((world, job) pairs),
+    each job's continue_run written to out/{job}.json; returns those states by case, the losses
+    keyed by iteration."""
     import torch.multiprocessing as mp
     from reference_env import fresh_dir
     states = {}
     for world in sorted({w for w, _ in cases}):
         out = fresh_dir(os.path.join(work, f"ds{world}"))
-        mp.spawn(worker, args=(world, [s for w, s in cases if w == world], out), nprocs=world, join=True)
-        for stage in (s for w, s in cases if w == world):
-            with open(os.path.join(out, f"w{world}_z{stage}.json")) as f:
+        mp.spawn(worker, args=(world, [j for w, j in cases if w == world], out), nprocs=world, join=True)
+        for stage in (j for w, j in cases if w == world):
+            with open(os.path.join(out, f"{stage}.json")) as f:
                 st = json.load(f)
             st["losses"] = {int(k): v for k, v in st["losses"].items()}
             states[(world, stage)] = st

@@ -2,8 +2,8 @@
 reads what pretrain_gpt --ckpt-format deepspeed writes, and DeepSpeed's engine
 continues the run from the universal checkpoint.
 
-pretrain_gpt trains the tiny GPT for N + K iterations at ZeRO 1, 2 and 3 on 1 and
-2 ranks, saving DeepSpeed's checkpoint at N; the same run saved in Megatron's
+pretrain_gpt trains the tiny GPT for N + K iterations at ZeRO 1 (1 and 2 ranks),
+2 (2 ranks) and 3 (1 and 2 ranks), saving DeepSpeed's checkpoint at N; the same run saved in Megatron's
 format (with zerolm's Adam state) gives the truth at N. Then, with DeepSpeed 0.19
 on the CPU:
   - `python -m deepspeed.checkpoint.ds_to_universal` (strict, as it runs by default)
@@ -12,11 +12,13 @@ on the CPU:
   - DeepSpeed's engine (megatron-core's GPTModel with other initial weights, torch's
     AdamW in Megatron's two groups, megatron-core's scheduler) with
     "checkpoint": {"load_universal": true} at the same stage and rank count loads it
-    and trains K more iterations: pretrain_gpt's losses within 1e-5 relative. At
+    and trains K more iterations: pretrain_gpt's losses within 1e-5 relative; so
+    does a ZeRO-2 engine on one rank from the 2-rank ZeRO-1 checkpoint. At
     ZeRO 3, DeepSpeed 0.19.8's universal loader hands one step tensor to every
     sub-group (AdamW then counts each step once per group) and gives every group
-    the first group's hyperparameters; the test undoes both after the load, as a
-    user must, and says so.
+    the first group's hyperparameters; the test undoes both after the load (each
+    state its own step, each group the multipliers the engine was built with, the
+    scheduler setting lr and weight decay), as a user must, and says so.
 And tensor parallelism: a TP 2 run's files convert, the converter's merged fp32
 weights equal what convert_gpt reads from the same files (the merge patterns of
 the row-parallel and replicated tensors are right).
@@ -59,27 +61,30 @@ def converted(dst, name, state, shape):
     return (t["param"] if isinstance(t, dict) else t).reshape(shape)
 
 
-def repair_stage3(engine, dst):
+def repair_stage3(engine, sched, multipliers):
     """DeepSpeed 0.19.8's ZeRO-3 universal load: one step tensor shared by every sub-group, and the
-    first group's hyperparameters in every group. Give each state its own step and each group its own."""
+    first group's hyperparameters in every group. Give each state its own step, each group the
+    multipliers the engine was built with (not ours), and let the scheduler set lr and weight decay."""
     opt = engine.optimizer.optimizer
     for st in opt.state.values():
         if torch.is_tensor(st.get("step")):
             st["step"] = st["step"].clone()
-    saved = torch.load(os.path.join(dst, TAG, "zero", "optimizer_state.pt"), weights_only=False)["param_groups"]
-    for group, mine in zip(opt.param_groups, saved):
-        group.update({k: v for k, v in mine.items() if k != "params"})
+    for group, mult in zip(opt.param_groups, multipliers):
+        group.update(mult)
+    sched.step(increment=0)
 
 
-def worker(rank, world, stages, out):
+def worker(rank, world, jobs, out):
     start_worker(out, rank, world)
     sample = sample_reader(RUN.data, RUN.index)
-    for stage in stages:
+    for job in jobs:  # "STAGE-SOURCE": the universal checkpoint of case SOURCE loaded at ZeRO STAGE
+        stage, source = int(job.split("-")[0]), job.split("-", 1)[1]
         engine, sched = cosine_engine(world, stage, N + K, WARMUP, MIN_LR, checkpoint={"load_universal": True})
-        loaded = engine.load_checkpoint(universal(world, stage), tag=TAG)
+        multipliers = [{k: g[k] for k in ("wd_mult", "lr_mult")} for g in engine.optimizer.optimizer.param_groups]
+        loaded = engine.load_checkpoint(os.path.join(WORK, "univ_" + source), tag=TAG)
         if stage == 3:
-            repair_stage3(engine, universal(world, stage))
-        continue_run(engine, sched, loaded, sample, rank, world, N + 1, K, os.path.join(out, f"w{world}_z{stage}.json"))
+            repair_stage3(engine, sched, multipliers)
+        continue_run(engine, sched, loaded, sample, rank, world, N + 1, K, os.path.join(out, f"{job}.json"))
     end_worker()
 
 
@@ -136,13 +141,16 @@ def main():
     ok &= tensor_parallel()
     if not ok:
         sys.exit(1)
-    for (world, stage), ds in spawn_engines(worker, CASES, WORK).items():
-        name = f"w{world}_z{stage}"
-        theirs = ds["losses"]
-        diff = max(abs(theirs[it] - ours[(world, stage)][it]) / abs(ours[(world, stage)][it]) for it in range(N + 1, N + K + 1))
+    # Each case at its own layout, and w2_z1's on one rank at ZeRO 2 (what universal checkpoints are for).
+    jobs = [(world, f"{stage}-w{world}_z{stage}") for world, stage in CASES] + [(1, "2-w2_z1")]
+    for (world, job), ds in spawn_engines(worker, jobs, WORK).items():
+        stage, source = int(job.split("-")[0]), job.split("-", 1)[1]
+        want = ours[tuple(int(x) for x in source[1:].split("_z"))]
+        diff = max(abs(ds["losses"][it] - want[it]) / abs(want[it]) for it in range(N + 1, N + K + 1))
         ok &= check(ds["loaded"] and ds["iteration"] == N and ds["global_steps"] == N and ds["scheduler_steps"] == N * GLOBAL and diff <= TOLERANCE,
-                    f"{name}: DeepSpeed's engine loads the universal checkpoint{' (its ZeRO-3 step and groups repaired)' if stage == 3 else ''} "
-                    f"and continues iterations {N + 1}-{N + K} with pretrain_gpt's losses within {diff:.1e} (relative)")
+                    f"{source} at ZeRO {stage} on {world} rank(s): DeepSpeed's engine loads the universal checkpoint"
+                    f"{' (its ZeRO-3 step and groups repaired)' if stage == 3 else ''} and continues iterations {N + 1}-{N + K} with "
+                    f"pretrain_gpt's losses within {diff:.1e} (relative)")
     sys.exit(0 if ok else 1)
 
 
