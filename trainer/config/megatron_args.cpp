@@ -116,8 +116,10 @@ std::map<std::string, Spec> specs() {
   flag("--use-pytorch-profiler", &TrainArgs::use_pytorch_profiler,
        "with --profile: LibTorch's profiler (CPU operators and, on CUDA, kernels) writes a Chrome trace "
        "(<host>_<pid>.<ms>.pt.trace.json) into --tensorboard-dir");
-  i64("--profile-step-start", &TrainArgs::profile_step_start, "the iteration count at which profiling starts (default 10)");
-  i64("--profile-step-end", &TrainArgs::profile_step_end, "the iteration count at which profiling stops (default 12)");
+  i64("--profile-step-start", &TrainArgs::profile_step_start,
+      "where profiling starts (default 10): this run's step of that number (counted from 1) with --use-pytorch-profiler, "
+      "else the step that starts at that iteration count");
+  i64("--profile-step-end", &TrainArgs::profile_step_end, "where profiling stops (default 12): before that step, or that iteration count");
   flag("--log-batch-size-to-tensorboard", &TrainArgs::log_batch_size_to_tensorboard, "TensorBoard: batch-size");
   flag("--log-validation-ppl-to-tensorboard", &TrainArgs::log_validation_ppl_to_tensorboard, "TensorBoard: lm loss validation ppl");
   flag("--log-memory-to-tensorboard", &TrainArgs::log_memory_to_tensorboard, "TensorBoard: the CUDA allocator's mem-* figures (CUDA runs)");

@@ -67,9 +67,10 @@ struct TrainArgs {
   int64_t tensorboard_log_interval = 1, tensorboard_queue_size = 1000;
   int64_t timing_log_level = 0;             // Megatron's timers: 0 none, 1 and 2 (trainer/report/phase_timers.h)
   std::string timing_log_option = "minmax";  // max, minmax or all
-  // Megatron's --profile: the steps that start at iterations [profile_step_start, profile_step_end) on the ranks in
-  // profile_ranks, recorded by LibTorch's profiler (--use-pytorch-profiler: a Chrome trace in --tensorboard-dir) or
-  // marked for Nsight Systems (cudaProfilerStart/Stop and NVTX ranges) (trainer/run/step_profiler.h)
+  // Megatron's --profile on the ranks in profile_ranks, with Megatron's two schedules (trainer/run/step_profiler.h):
+  // LibTorch's profiler (--use-pytorch-profiler: this run's steps start..end-1 counted from 1, a Chrome trace in
+  // --tensorboard-dir), or the steps from iteration count start to end - 1 marked for Nsight Systems
+  // (cudaProfilerStart/Stop and NVTX ranges)
   bool profile = false, use_pytorch_profiler = false;
   int64_t profile_step_start = 10, profile_step_end = 12;
   std::vector<int64_t> profile_ranks = {0};
