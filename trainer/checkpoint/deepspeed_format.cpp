@@ -340,8 +340,8 @@ ModuleOptimizer module_optimizer(const PyValue& module, const PyValue* opt) {
     flat = masters != nullptr;
   }
   std::vector<std::pair<std::string, torch::Tensor>> params;
-  for (const auto& [k, v] : module.entries)  // megatron-core's _extra_state: None, or (Transformer Engine) a byte tensor
-    if (v->is(PyValue::Kind::Tensor) && !k->as_str().ends_with("_extra_state")) params.emplace_back(k->as_str(), v->tensor);
+  for (const auto& [k, v] : module.entries)
+    if (v->is(PyValue::Kind::Tensor) && !is_extra_state(k->as_str())) params.emplace_back(k->as_str(), v->tensor);
   try {
     if (masters && !masters->is(PyValue::Kind::List)) throw Error(ErrorKind::Format, "its fp32 master weights are %s", masters->describe().c_str());
     read_module_optimizer(params, *opt, masters, flat, out);
@@ -832,7 +832,7 @@ PyValue model_states(const std::shared_ptr<PyValue>& module, const std::vector<G
   const auto dtype = run.bf16 ? torch::kBFloat16 : run.fp16 ? torch::kHalf : torch::kFloat;
   auto mod = py_dict();
   for (const auto& [k, v] : module->entries) {
-    if (!v->is(PyValue::Kind::Tensor)) mod->entries.emplace_back(k, k->as_str().ends_with("_extra_state") ? py_tensor(torch::empty({0}, torch::kUInt8)) : v);
+    if (!v->is(PyValue::Kind::Tensor)) mod->entries.emplace_back(k, is_extra_state(k->as_str()) ? py_tensor(torch::empty({0}, torch::kUInt8)) : v);
     else mod->entries.emplace_back(k, py_tensor(stage3 ? torch::empty({0}, dtype) : v->tensor.to(dtype)));
   }
   put("module", mod);

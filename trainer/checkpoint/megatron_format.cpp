@@ -106,7 +106,7 @@ bool erf_gelu(const PyValue& args) {
 // Megatron's name of one part's tensor -> ours (layer numbers made global), "" for
 // entries without weights (_extra_state); throws for what zerolm has no place for.
 std::string our_name(const std::string& name, int64_t layer_offset, bool last_of_stages, const std::string& file) {
-  if (name.ends_with("_extra_state")) return "";
+  if (is_extra_state(name)) return "";
   // The last pipeline stage's copy of the tied embedding (megatron-core's output_layer, the legacy
   // word_embeddings_for_head): the first stage's is the one read.
   if (last_of_stages && (name == "output_layer.weight" || name == "word_embeddings_for_head.weight")) return "";

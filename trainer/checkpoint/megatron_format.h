@@ -31,6 +31,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "trainer/checkpoint/torch_pickle.h"
 #include "trainer/model/gpt2_model.h"
@@ -107,6 +108,10 @@ std::vector<std::vector<size_t>> megatron_optimizer_groups(const std::vector<std
 
 // A step count as torch's optimizers save it: a tensor (torch's Adam), an int or a float.
 int64_t step_value(const PyValue& v);
+
+// megatron-core's `_extra_state` entries of a state dict: no weights (None from its local layers,
+// a byte tensor from Transformer Engine's).
+inline bool is_extra_state(std::string_view name) { return name.ends_with("_extra_state"); }
 
 // Entry `index` of torch's optimizer state (keyed by parameter index): Adam's moments (fp32,
 // flat) when both hold at least `numel` numbers (the first `numel` are taken: DeepSpeed's ZeRO

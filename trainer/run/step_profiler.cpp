@@ -138,9 +138,8 @@ void StepProfiler::write_trace() {
   std::error_code ec;
   fs::rename(tmp, path, ec);
   if (ec) throw Error(ErrorKind::Io, "cannot rename the profile %s to %s: %s", tmp.c_str(), path.c_str(), ec.message().c_str());
-  trace_path_ = path.string();
   ZLM_LOG_INF(" > profile of this run's steps %ld-%ld: %s", (long)std::max<int64_t>(start_, 1), (long)std::min(end_ - 1, steps_),
-              trace_path_.c_str());
+              path.c_str());
 }
 
 }  // namespace zlm::trainer

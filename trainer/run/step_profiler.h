@@ -32,13 +32,11 @@ class StepProfiler {
   ~StepProfiler();
   StepProfiler(const StepProfiler&) = delete;
   StepProfiler& operator=(const StepProfiler&) = delete;
-  bool active() const { return active_; }
   // Around each training step: `iteration` is the count before the step, and after it.
   void before_step(int64_t iteration);
   void after_step(int64_t iteration);
   // Stops a profile still running (the run ended inside the range) and writes it.
   void finish();
-  const std::string& trace_path() const { return trace_path_; }
 
  private:
   bool starts_at(int64_t iteration);
@@ -51,7 +49,7 @@ class StepProfiler {
   bool active_ = false, running_ = false, kineto_ = false, cuda_ = false, warned_late_ = false;
   int64_t start_ = 0, end_ = 0;
   int64_t first_ = -1, steps_ = 0;  // the run's first iteration count; this run's steps so far
-  std::string dir_, trace_path_;
+  std::string dir_;
 };
 
 }  // namespace zlm::trainer
