@@ -28,6 +28,11 @@ for ext in bin idx; do
     fail "meg-gpt2_text_document.$ext differs from Megatron-DeepSpeed's"
 done
 
+# Bit-for-bit comparisons need a run that repeats its own bits. On CPU, MKL's multi-threaded sgemm
+# does not: a process's first forward logged a loss 1-8 float32 ulps off in 19 of 370 runs with
+# 2 threads (MKL_DYNAMIC=FALSE and MKL_CBWR=AUTO[,STRICT] too), 0 of 230 with MKL_NUM_THREADS=1;
+# the weights stayed equal (Adam's first step follows the gradient's sign). So one BLAS thread.
+export MKL_NUM_THREADS=1
 small=(--flag --num-layers 2 --flag --hidden-size 64 --flag --num-attention-heads 4 --flag --seq-length 64
        --flag --max-position-embeddings 64 --flag --global-batch-size 4 --flag --eval-iters 2)
 # 10 iterations saved at 10, then the same command with --train-iters 20 resumes; and 20 in one go elsewhere.
