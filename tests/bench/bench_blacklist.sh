@@ -9,7 +9,7 @@ N=${N:-$([[ $SMOKE == 1 ]] && echo 20000 || echo 1000000)}
 export LC_ALL=C
 $PY tests/bench/baseline_blacklist.py make "$work/urls.txt" "$N"
 ours_s=$(best_of taskset -c 0 "$BIN/blacklist_urls" "$work/urls.txt" "$work/out.txt" --threads 1 -q)
-read -r py_s py_n py_acc < <(taskset -c 0 $PY tests/bench/baseline_blacklist.py run "$work/urls.txt" "$work/py.txt") ||
+result py_s py_n py_acc -- taskset -c 0 $PY tests/bench/baseline_blacklist.py run "$work/urls.txt" "$work/py.txt" ||
   fail "baseline_blacklist.py"
 sort "$work/out.txt" > "$work/ours.txt"
 cmp -s "$work/ours.txt" "$work/py.txt" || { diff "$work/ours.txt" "$work/py.txt" | head -n 10 >&2; fail "the accepted URLs differ from the Python baseline's"; }

@@ -23,8 +23,8 @@ ours() {  # ours NAME ARGS...: best seconds; kept urls in $work/NAME.urls
 }
 ours_s=$(ours default)
 ours_all_s=$(ours whole --lang-id-bytes 0)
-read -r py_s py_docs py_kept < <(taskset -c 0 $PY tests/bench/baseline_cleanup.py "$work/in.jsonl" \
-  $DATA/gpt2/gpt2-vocab.json $DATA/gpt2/gpt2-merges.txt "$work/py.urls") || fail "baseline_cleanup.py"
+result py_s py_docs py_kept -- taskset -c 0 $PY tests/bench/baseline_cleanup.py "$work/in.jsonl" \
+  $DATA/gpt2/gpt2-vocab.json $DATA/gpt2/gpt2-merges.txt "$work/py.urls" || fail "baseline_cleanup.py"
 differ() { comm -3 <(sort "$1") <(sort "$2") | wc -l; }
 d_default=$(differ "$work/default.urls" "$work/py.urls")
 d_whole=$(differ "$work/whole.urls" "$work/py.urls")

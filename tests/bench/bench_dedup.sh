@@ -28,8 +28,8 @@ for ((run = 0; run < RUNS; ++run)); do
   e2e=$(calc "$v > $e2e ? $v : $e2e")
 done
 $PY tests/bench/planted_duplicates.py check "$work/in.jsonl" "$work/similar.jsonl" $copies >&2 || fail "find_duplicates' output"
-read -r sha1 _ < <(taskset -c 0 $PY tests/bench/baseline_minhash.py $DATA sha1 $RUNS $docs) || fail "baseline_minhash.py sha1"
-read -r mm3 _ < <(taskset -c 0 $PY tests/bench/baseline_minhash.py $DATA mmh3 $RUNS $docs) || fail "baseline_minhash.py mmh3"
+result sha1 _ -- taskset -c 0 $PY tests/bench/baseline_minhash.py $DATA sha1 $RUNS $docs || fail "baseline_minhash.py sha1"
+result mm3 _ -- taskset -c 0 $PY tests/bench/baseline_minhash.py $DATA mmh3 $RUNS $docs || fail "baseline_minhash.py mmh3"
 ds=$($PY -c 'import datasketch;print(datasketch.__version__)')
 echo "| MinHash, 100 permutations, char 5-grams, 1 core, $docs OpenWebText documents | MB/s | vs datasketch + MurmurHash3 | vs datasketch default |"
 echo "|---|---|---|---|"

@@ -14,8 +14,8 @@ ZLM_BENCH_TEXTS_OUT="$work/ours.texts" taskset -c 0 "$BIN/zlm_bench_io" --benchm
 mbs() { calc "$(gbench_best "$work/ours.json" "$1" bytes_per_second) / 1e6"; }
 ours_lines=$(mbs BM_JsonlReadLines) ours_extract=$(mbs BM_JsonlReadAndExtractText) ours_write=$(mbs BM_MegatronWrite)
 corpus=$($PY -c 'import tempfile,os;print(os.path.join(tempfile.gettempdir(),"zlm_bench_corpus.jsonl"))')
-read -r base_extract base_write < <(taskset -c 0 $PY tests/bench/baseline_io.py "$corpus" \
-  $DATA/megatron/meg-gpt2-openwebtext_text_document $DATA/megatron/openwebtext-1000.decoded.jsonl "$work/py.texts" $RUNS) ||
+result base_extract base_write -- taskset -c 0 $PY tests/bench/baseline_io.py "$corpus" \
+  $DATA/megatron/meg-gpt2-openwebtext_text_document $DATA/megatron/openwebtext-1000.decoded.jsonl "$work/py.texts" $RUNS ||
   fail "baseline_io.py (checks its writer first)"
 cmp "$work/ours.texts" "$work/py.texts" >&2 || fail "our extracted texts differ from json.loads'"
 echo "| kernel, $ZLM_BENCH_MB MB corpus, best of $RUNS | zerolm MB/s (1 core) | Python baseline MB/s | ratio |"

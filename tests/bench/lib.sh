@@ -25,6 +25,19 @@ best_of() {
   echo "$best"
 }
 
+# result VAR... -- CMD...: runs CMD to its end and reads the words of its output into the VARs;
+# fails (status 1) when CMD does. Not `read VAR < <(CMD)`: that returns at CMD's first line, while a
+# Python baseline may still be exiting (seconds, with torch imported) on the core that the next
+# timed run uses, and it ignores CMD's exit status.
+result() {
+  local -a _r_names=()
+  while [[ $1 != -- ]]; do _r_names+=("$1"); shift; done
+  shift
+  local _r_out
+  _r_out=$("$@") || return 1
+  read -r "${_r_names[@]}" <<< "$_r_out"
+}
+
 # min_of A B: the smaller number; an empty A counts as none.
 min_of() { awk -v a="$1" -v b="$2" 'BEGIN {print (a == "" || b + 0 < a + 0) ? b : a}'; }
 
