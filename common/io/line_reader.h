@@ -45,7 +45,7 @@ std::unique_ptr<ByteSource> open_byte_source(const std::string& path, Compressio
 class LineReader {
  public:
   static constexpr size_t kLinePadding = 64;
-  explicit LineReader(const std::string& path, size_t buffer_bytes = 4 << 20);
+  explicit LineReader(const std::string& path, size_t buffer_bytes = 256 << 10);
   ~LineReader();
 
   bool next(std::string_view& line);

@@ -5,11 +5,14 @@
 #include <xxhash.h>
 
 #include <algorithm>
+#include <bit>
 #include <climits>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <queue>
+#include <type_traits>
 #include <unordered_map>
 
 #include "common/core/error.h"
@@ -52,17 +55,22 @@ uint64_t BpeCache::hash(std::string_view s) {
   return h ? h : 1;  // 0 marks an empty slot
 }
 
-BpeCache::BpeCache(size_t max_entries) : max_entries_(max_entries), slots_(4096, Slot{}) {}
+namespace {
+constexpr size_t kCacheFirstSlots = 1 << 16;  // 2 MiB: the distinct pieces of ~5 MB of web text
+}  // namespace
+
+BpeCache::BpeCache(size_t max_entries)
+    : max_entries_(max_entries), memory_(kCacheFirstSlots * sizeof(Slot)), slots_(static_cast<Slot*>(memory_.data())), mask_(kCacheFirstSlots - 1) {}
 
 void BpeCache::clear() {
-  std::fill(slots_.begin(), slots_.end(), Slot{});
+  memory_.clear();
   keys_.clear();
   ids_.clear();
   size_ = 0;
 }
 
 bool BpeCache::find(std::string_view piece, uint64_t h, std::vector<int32_t>& out) const {
-  const size_t mask = slots_.size() - 1;
+  const size_t mask = mask_;
   for (size_t i = h & mask;; i = (i + 1) & mask) {
     const Slot& s = slots_[i];
     if (s.hash == 0) return false;
@@ -81,23 +89,26 @@ bool BpeCache::find(std::string_view piece, uint64_t h, std::vector<int32_t>& ou
 }
 
 void BpeCache::grow() {
-  std::vector<Slot> old;
-  old.swap(slots_);
-  slots_.assign(old.size() * 2, Slot{});
-  const size_t mask = slots_.size() - 1;
-  for (const Slot& s : old) {
+  ZeroedPages bigger((mask_ + 1) * 2 * sizeof(Slot));
+  auto* slots = static_cast<Slot*>(bigger.data());
+  const size_t mask = (mask_ + 1) * 2 - 1;
+  for (size_t k = 0; k <= mask_; ++k) {
+    const Slot& s = slots_[k];
     if (s.hash == 0) continue;
     size_t i = s.hash & mask;
-    while (slots_[i].hash != 0) i = (i + 1) & mask;
-    slots_[i] = s;
+    while (slots[i].hash != 0) i = (i + 1) & mask;
+    slots[i] = s;
   }
+  memory_ = std::move(bigger);
+  slots_ = slots;
+  mask_ = mask;
 }
 
 void BpeCache::insert(std::string_view piece, uint64_t h, const int32_t* ids, size_t n) {
   if (piece.size() > UINT8_MAX || n > UINT8_MAX || n == 0) return;
   if (size_ >= max_entries_ || keys_.size() + piece.size() > UINT32_MAX || ids_.size() + n > UINT32_MAX) clear();
-  if ((size_ + 1) * 2 > slots_.size()) grow();
-  const size_t mask = slots_.size() - 1;
+  if ((size_ + 1) * 2 > mask_ + 1) grow();
+  const size_t mask = mask_;
   size_t i = h & mask;
   while (slots_[i].hash != 0) i = (i + 1) & mask;
   Slot& s = slots_[i];
@@ -156,44 +167,6 @@ uint64_t mix(uint64_t x) {
 // GPT-2's) sit in 16-byte slots, longer ones in 24-byte slots; linear probing, two thirds full or less.
 class ShortTokens {
  public:
-  void build(const std::vector<std::pair<std::string_view, int32_t>>& tokens) {
-    size_t n8 = 0;
-    for (const auto& t : tokens) n8 += t.first.size() <= 8;
-    small_.assign(capacity(n8), Small{});
-    large_.assign(capacity(tokens.size() - n8), Large{});
-    for (const auto& [b, id] : tokens) {
-      if (b.size() <= 8) {
-        const uint64_t k = key8(b.data(), b.size());
-        size_t i = home(k, b.size(), small_.size());
-        while (small_[i].len != 0) i = (i + 1) & (small_.size() - 1);
-        small_[i] = Small{k, id, static_cast<uint32_t>(b.size())};
-      } else {
-        const uint64_t k0 = load8(b.data()), k1 = load8(b.data() + b.size() - 8);
-        size_t i = home(mix16(k0, k1), b.size(), large_.size());
-        while (large_[i].len != 0) i = (i + 1) & (large_.size() - 1);
-        large_[i] = Large{k0, k1, id, static_cast<uint32_t>(b.size())};
-      }
-    }
-  }
-  // The id of the whole token spelled `p`, 2 to 16 bytes (kWholeTokenMax); -1 when it is none.
-  int32_t find(const char* p, size_t n) const {
-    if (n <= 8) {
-      const uint64_t k = key8(p, n);
-      for (size_t i = home(k, n, small_.size());; i = (i + 1) & (small_.size() - 1)) {
-        const Small& s = small_[i];
-        if (s.key == k && s.len == n) return s.id;
-        if (s.len == 0) return -1;
-      }
-    }
-    const uint64_t k0 = load8(p), k1 = load8(p + n - 8);
-    for (size_t i = home(mix16(k0, k1), n, large_.size());; i = (i + 1) & (large_.size() - 1)) {
-      const Large& s = large_[i];
-      if (s.k0 == k0 && s.k1 == k1 && s.len == n) return s.id;
-      if (s.len == 0) return -1;
-    }
-  }
-
- private:
   struct Small {
     uint64_t key = 0;
     int32_t id = -1;
@@ -204,6 +177,56 @@ class ShortTokens {
     int32_t id = -1;
     uint32_t len = 0;
   };
+  void build(const std::vector<std::pair<std::string_view, int32_t>>& tokens) {
+    size_t n8 = 0;
+    for (const auto& t : tokens) n8 += t.first.size() <= 8;
+    small_own_.assign(capacity(n8), Small{});
+    large_own_.assign(capacity(tokens.size() - n8), Large{});
+    for (const auto& [b, id] : tokens) {
+      if (b.size() <= 8) {
+        const uint64_t k = key8(b.data(), b.size());
+        size_t i = home(k, b.size(), small_own_.size() - 1);
+        while (small_own_[i].len != 0) i = (i + 1) & (small_own_.size() - 1);
+        small_own_[i] = Small{k, id, static_cast<uint32_t>(b.size())};
+      } else {
+        const uint64_t k0 = load8(b.data()), k1 = load8(b.data() + b.size() - 8);
+        size_t i = home(mix16(k0, k1), b.size(), large_own_.size() - 1);
+        while (large_own_[i].len != 0) i = (i + 1) & (large_own_.size() - 1);
+        large_own_[i] = Large{k0, k1, id, static_cast<uint32_t>(b.size())};
+      }
+    }
+    view(small_own_.data(), small_own_.size(), large_own_.data(), large_own_.size());
+  }
+  // Looks up in tables built elsewhere (the saved model's, mapped); false unless both sizes are
+  // powers of two.
+  bool view(const Small* small, size_t n_small, const Large* large, size_t n_large) {
+    if (!std::has_single_bit(n_small) || !std::has_single_bit(n_large)) return false;
+    small_ = small, small_mask_ = n_small - 1, large_ = large, large_mask_ = n_large - 1;
+    return true;
+  }
+  const Small* small() const { return small_; }
+  size_t small_size() const { return small_mask_ + 1; }
+  const Large* large() const { return large_; }
+  size_t large_size() const { return large_mask_ + 1; }
+  // The id of the whole token spelled `p`, 2 to 16 bytes (kWholeTokenMax); -1 when it is none.
+  int32_t find(const char* p, size_t n) const {
+    if (n <= 8) {
+      const uint64_t k = key8(p, n);
+      for (size_t i = home(k, n, small_mask_);; i = (i + 1) & small_mask_) {
+        const Small& s = small_[i];
+        if (s.key == k && s.len == n) return s.id;
+        if (s.len == 0) return -1;
+      }
+    }
+    const uint64_t k0 = load8(p), k1 = load8(p + n - 8);
+    for (size_t i = home(mix16(k0, k1), n, large_mask_);; i = (i + 1) & large_mask_) {
+      const Large& s = large_[i];
+      if (s.k0 == k0 && s.k1 == k1 && s.len == n) return s.id;
+      if (s.len == 0) return -1;
+    }
+  }
+
+ private:
   static uint64_t load8(const char* p) { uint64_t v; std::memcpy(&v, p, 8); return v; }
   static uint64_t load4(const char* p) { uint32_t v; std::memcpy(&v, p, 4); return v; }
   static uint64_t key8(const char* p, size_t n) {  // n in 1..8
@@ -217,9 +240,12 @@ class ShortTokens {
     return cap;
   }
   static uint64_t mix16(uint64_t k0, uint64_t k1) { return k0 ^ (k1 * 0x9E3779B97F4A7C15ULL); }
-  static size_t home(uint64_t k, size_t n, size_t cap) { return ((k + n) * 0xff51afd7ed558ccdULL >> 32) & (cap - 1); }
-  std::vector<Small> small_;
-  std::vector<Large> large_;
+  static size_t home(uint64_t k, size_t n, size_t mask) { return ((k + n) * 0xff51afd7ed558ccdULL >> 32) & mask; }
+  std::vector<Small> small_own_;
+  std::vector<Large> large_own_;
+  const Small* small_ = nullptr;
+  const Large* large_ = nullptr;
+  size_t small_mask_ = 0, large_mask_ = 0;
 };
 
 struct Gpt2Bpe::Impl {
@@ -249,6 +275,11 @@ struct Gpt2Bpe::Impl {
   std::vector<PairEntry> pairs;               // open addressing, power-of-two size
   uint64_t pair_mask = 0;
   std::vector<int32_t> result_of;             // merge rank -> the symbol it makes (-1: a malformed line)
+  // What encoding reads: `pairs` and `result_of` of a model built here, or the same tables of
+  // a saved model in place (its mapped file, kept in `saved_file`; load_saved).
+  const PairEntry* pair_table = nullptr;
+  const int32_t* result_table = nullptr;
+  MappedFile saved_file;
   size_t merges = 0;
   int32_t eod = -1;
   bool well_formed = true;
@@ -259,7 +290,7 @@ struct Gpt2Bpe::Impl {
   // Only tokens of 2 to kWholeTokenMax bytes are marked (longer ones are rare in text, and
   // merging gives them the same result).
   std::vector<uint8_t> whole;
-  ShortTokens short_tokens;  // the marked tokens, for encode_piece (built from `whole`, not saved)
+  ShortTokens short_tokens;  // the marked tokens, for encode_piece (built from `whole`, saved with the model)
   void mark_whole_tokens();
   void index_whole_tokens();
   // Megatron's merge loop over a piece's bytes (their byte symbols).
@@ -310,7 +341,7 @@ struct Gpt2Bpe::Impl {
   int32_t pair_rank(int32_t a, int32_t b) const {
     const uint64_t key = pair_key(a, b);
     for (uint64_t i = pair_home(key);; i = (i + 1) & pair_mask) {
-      const PairEntry e = pairs[i];
+      const PairEntry e = pair_table[i];
       if (e.key() == key) return e.rank();
       if (e.packed == kNoPair) return INT32_MAX;
     }
@@ -482,6 +513,7 @@ void Gpt2Bpe::Impl::index_merges(const std::vector<Merge>& all, const std::strin
   pairs.assign(cap, PairEntry{});
   pair_mask = cap - 1;
   result_of.assign(all.size(), -1);
+  pair_table = pairs.data(), result_table = result_of.data();
   for (size_t r = 0; r < all.size(); ++r)
     if (all[r].a >= 0) put_pair(all[r].a, all[r].b, static_cast<int32_t>(r)), result_of[r] = all[r].result;
   std::vector<int64_t> max_create(num_symbols(), -1), min_use(num_symbols(), INT64_MAX);
@@ -504,12 +536,16 @@ void Gpt2Bpe::Impl::index_merges(const std::vector<Merge>& all, const std::strin
 // this format's name and version, and later loads of the same files read it back. A saved model that
 // does not read back whole (truncated, another build's, a payload whose checksum
 // differs) is rebuilt from the files and saved again; a cache directory that cannot
-// be written only costs the time.
+// be written only costs the time. Its arrays start at multiples of 8 bytes, and the ones
+// encoding reads (the pair table, the merge results, the whole-token tables: ~2.8 MB for GPT-2)
+// are used in place in the mapped file, not copied: copying and rebuilding them took half a
+// short run's start-up, most of it first touches of fresh memory. The file is only ever
+// replaced by a rename (write_file_atomic), so the mapping a process reads stays whole.
 namespace {
 
 // The format's name and version: change it with the layout below (serialize), so that a model
 // saved by another build is parsed again rather than misread.
-constexpr char kModelMagic[8] = {'Z', 'L', 'M', 'B', 'P', 'E', '0', '4'};
+constexpr char kModelMagic[8] = {'Z', 'L', 'M', 'B', 'P', 'E', '0', '5'};
 
 struct Writer {
   std::string out;
@@ -517,10 +553,18 @@ struct Writer {
   void put(const T& v) {
     out.append(reinterpret_cast<const char*>(&v), sizeof(T));
   }
+  // Its length, then the values from an offset that is a multiple of 8 (the payload starts at
+  // one in the file, so a mapped model's arrays are aligned in place: Reader::view).
+  template <class T>
+  void put_array(const T* v, size_t n) {
+    static_assert(std::is_trivially_copyable_v<T> && alignof(T) <= 8);
+    put(static_cast<uint64_t>(n));
+    out.append((8 - out.size() % 8) % 8, '\0');
+    out.append(reinterpret_cast<const char*>(v), n * sizeof(T));
+  }
   template <class C>  // std::vector of trivially copyable values, or std::string
   void put_vector(const C& v) {
-    put(static_cast<uint64_t>(v.size()));
-    out.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(typename C::value_type));
+    put_array(v.data(), v.size());
   }
   void put_bytes(std::string_view b) {
     put(static_cast<uint32_t>(b.size()));
@@ -530,6 +574,7 @@ struct Writer {
 
 struct Reader {
   std::string_view in;
+  const char* start = in.data();  // where offsets (the arrays' alignment) count from
   bool ok = true;
   template <class T>
   T get() {
@@ -539,14 +584,25 @@ struct Reader {
     in.remove_prefix(sizeof(T));
     return v;
   }
+  size_t consumed() const { return static_cast<size_t>(in.data() - start); }
+  // An array written by Writer::put_array, in place (nullptr and ok = false when it is not whole
+  // or not aligned for T).
+  template <class T>
+  const T* view(size_t& n) {
+    n = get<uint64_t>();
+    const size_t pad = (8 - consumed() % 8) % 8;
+    if (!ok || pad > in.size() || n > (in.size() - pad) / sizeof(T)) return ok = false, nullptr;
+    in.remove_prefix(pad);
+    const T* p = reinterpret_cast<const T*>(in.data());
+    if (reinterpret_cast<uintptr_t>(p) % alignof(T) != 0) return ok = false, nullptr;
+    in.remove_prefix(n * sizeof(T));
+    return p;
+  }
   template <class C>
   void get_vector(C& v) {
-    using T = typename C::value_type;
-    const auto n = get<uint64_t>();
-    if (!ok || n > in.size() / sizeof(T)) return void(ok = false);
-    v.resize(n);
-    std::memcpy(v.data(), in.data(), n * sizeof(T));
-    in.remove_prefix(n * sizeof(T));
+    size_t n = 0;
+    const auto* p = view<typename C::value_type>(n);
+    if (ok) v.assign(p, p + n);
   }
   std::string_view get_bytes() {
     const auto n = get<uint32_t>();
@@ -579,6 +635,8 @@ std::string Gpt2Bpe::Impl::serialize() const {
   w.put_vector(pairs);
   w.put_vector(result_of);
   w.put_vector(whole);
+  w.put_array(short_tokens.small(), short_tokens.small_size());
+  w.put_array(short_tokens.large(), short_tokens.large_size());
   return std::move(w.out);
 }
 
@@ -596,15 +654,17 @@ bool Gpt2Bpe::Impl::deserialize(std::string_view bytes) {
     const std::string_view b = r.get_bytes();
     aliases.emplace(std::string(b), r.get<int32_t>());
   }
-  r.get_vector(id_slots);
-  r.get_vector(pairs);
-  r.get_vector(result_of);
-  r.get_vector(whole);
-  if (!r.ok || !r.in.empty() || id_slots.size() != id_mask + 1 || pairs.size() != pair_mask + 1 || result_of.size() != merges ||
-      num_symbols() < 256 || whole.size() != num_symbols())
-    return false;
-  index_whole_tokens();
-  return true;
+  // The tables that encoding reads stay in the mapped file; the ones only loading and saving
+  // use (id_slots, whole) are checked and left there.
+  size_t n_id_slots = 0, n_pairs = 0, n_results = 0, n_whole = 0, n_small = 0, n_large = 0;
+  r.view<int32_t>(n_id_slots);
+  pair_table = r.view<PairEntry>(n_pairs);
+  result_table = r.view<int32_t>(n_results);
+  r.view<uint8_t>(n_whole);
+  const auto* small = r.view<ShortTokens::Small>(n_small);
+  const auto* large = r.view<ShortTokens::Large>(n_large);
+  return r.ok && r.in.empty() && n_id_slots == id_mask + 1 && n_pairs == pair_mask + 1 && n_results == merges && num_symbols() >= 256 &&
+         n_whole == num_symbols() && short_tokens.view(small, n_small, large, n_large);
 }
 
 // The saved model at `path` when it is the one of these files (`key`) and its payload is whole.
@@ -619,7 +679,9 @@ bool Gpt2Bpe::Impl::load_saved(const std::string& path, uint64_t key) {
   if (bytes.size() < sizeof(kModelMagic) + 16 || std::memcmp(bytes.data(), kModelMagic, sizeof(kModelMagic)) != 0) return false;
   Reader r{bytes.substr(sizeof(kModelMagic))};
   const auto saved_key = r.get<uint64_t>(), checksum = r.get<uint64_t>();
-  return saved_key == key && checksum == XXH3_64bits(r.in.data(), r.in.size()) && deserialize(r.in);
+  if (saved_key != key || checksum != XXH3_64bits(r.in.data(), r.in.size()) || !deserialize(r.in)) return false;
+  saved_file = std::move(file);  // the tables are read in place
+  return true;
 }
 
 void Gpt2Bpe::Impl::save(const std::string& path, uint64_t key) const {
@@ -686,14 +748,14 @@ void Gpt2Bpe::Impl::bpe_short(const int32_t* init, size_t n, std::vector<int32_t
   for (size_t i = 0; i < n; ++i) cur[i] = Sym{init[i], INT32_MAX, false};
   // The first lookups are independent: start every one's memory load before using any (the
   // pair table is larger than L2, and these misses were most of this function's time).
-  for (size_t i = 0; i + 1 < n; ++i) __builtin_prefetch(&pairs[pair_home(pair_key(cur[i].value, cur[i + 1].value))]);
+  for (size_t i = 0; i + 1 < n; ++i) __builtin_prefetch(&pair_table[pair_home(pair_key(cur[i].value, cur[i + 1].value))]);
   for (size_t i = 0; i + 1 < n; ++i) look_up(cur[i], cur[i + 1].value);
   while (n > 1) {
     int32_t best = INT32_MAX;
     for (size_t i = 0; i + 1 < n; ++i) best = std::min(best, cur[i].rank);
     if (best == INT32_MAX) break;
     // Every occurrence of the best pair, left to right (a rank names one pair).
-    const int32_t made = result_of[static_cast<size_t>(best)];
+    const int32_t made = result_table[static_cast<size_t>(best)];
     size_t k = 0;
     for (size_t i = 0; i < n;) {
       if (i + 1 < n && cur[i].rank == best) {
@@ -737,7 +799,7 @@ void Gpt2Bpe::Impl::bpe_heap(const int32_t* init, size_t n, std::vector<int32_t>
     if (dead[c.pos] || nodes[c.pos].value != c.left) continue;
     int32_t nx = nodes[c.pos].next;
     if (nx < 0 || nodes[nx].value != c.right) continue;
-    nodes[c.pos].value = result_of[static_cast<size_t>(c.rank)];
+    nodes[c.pos].value = result_table[static_cast<size_t>(c.rank)];
     dead[nx] = true;
     nodes[c.pos].next = nodes[nx].next;
     if (nodes[nx].next >= 0) nodes[nodes[nx].next].prev = c.pos;

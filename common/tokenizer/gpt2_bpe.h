@@ -38,6 +38,8 @@
 #include <string_view>
 #include <vector>
 
+#include "common/core/zeroed_pages.h"
+
 namespace zlm {
 
 // Per-thread memo of piece -> ids: an open-addressing table (XXH3 hashes,
@@ -45,7 +47,8 @@ namespace zlm {
 // slot, and so is its id when it has one (most pieces of text), so such a hit
 // reads one cache line; longer pieces and longer id lists live in two arenas
 // that the slot points into. Memory is bounded: when it holds max_entries
-// pieces it is cleared and refilled. Not thread-safe.
+// pieces it is cleared and refilled. The slots are zeroed pages (ZeroedPages),
+// 2 MiB to start with: one huge page where the kernel gives them. Not thread-safe.
 class BpeCache {
  public:
   explicit BpeCache(size_t max_entries = 1 << 18);
@@ -72,7 +75,9 @@ class BpeCache {
   void grow();
   void clear();
   size_t max_entries_, size_ = 0;
-  std::vector<Slot> slots_;
+  ZeroedPages memory_;  // the slots
+  Slot* slots_ = nullptr;
+  size_t mask_ = 0;     // slots - 1 (a power of two)
   std::vector<char> keys_;
   std::vector<int32_t> ids_;
 };

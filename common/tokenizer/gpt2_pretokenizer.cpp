@@ -4,6 +4,8 @@
 #include <unicode/uchar.h>
 #include <unicode/unistr.h>
 
+#include <cstdlib>
+#include <new>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -34,7 +36,9 @@ CharClass class_of_type(int8_t type) {
 UBool fill_range(const void* context, UChar32 start, UChar32 limit, UCharCategory type) {
   auto* table = static_cast<uint8_t*>(const_cast<void*>(context));
   const CharClass cls = class_of_type(static_cast<int8_t>(type));
-  std::memset(table + start, static_cast<int>(cls), static_cast<size_t>(limit - start));
+  // The table starts zeroed (Other), so Other ranges, most of the code space, are never written
+  // and their pages never touched: a cold process pays for the classes text uses.
+  if (cls != CharClass::Other) std::memset(table + start, static_cast<int>(cls), static_cast<size_t>(limit - start));
   if (type == U_SPACE_SEPARATOR || type == U_LINE_SEPARATOR || type == U_PARAGRAPH_SEPARATOR ||
       type == U_CONTROL_CHAR) {
     for (UChar32 c = start; c < limit; ++c)
@@ -46,9 +50,10 @@ UBool fill_range(const void* context, UChar32 start, UChar32 limit, UCharCategor
 
 const uint8_t* init_class_table() {
   static std::once_flag once;
-  static std::unique_ptr<uint8_t[]> table;
+  static std::unique_ptr<uint8_t, decltype(&std::free)> table(nullptr, &std::free);
   std::call_once(once, [] {
-    table.reset(new uint8_t[0x110000]);
+    table.reset(static_cast<uint8_t*>(std::calloc(0x110000, 1)));  // zero pages until written
+    if (!table) throw std::bad_alloc();
     u_enumCharTypes(fill_range, table.get());
     g_class_table = table.get();
   });

@@ -306,14 +306,14 @@ TEST(Gpt2Bpe, MegatronMergesQuirks) {
 }
 
 // The piece cache against a plain map: pieces of 1 to 80 bytes (kept in the slot up to 16, in the
-// arena past it) with 1 to 9 ids (in the slot for one), through growth and through clearing when
-// full; pieces over 255 bytes are not kept.
+// arena past it) with 1 to 9 ids (in the slot for one), through growth (past 32,768 pieces, half
+// the first table) and through clearing when full; pieces over 255 bytes are not kept.
 TEST(BpeCache, FindsWhatWasInsertedInlineOrNot) {
   std::mt19937 rng(5);
   std::map<std::string, std::vector<int32_t>> want;
-  BpeCache cache(3000);
+  BpeCache cache(40000);
   std::vector<int32_t> got;
-  for (int k = 0; k < 2500; ++k) {
+  for (int k = 0; k < 36000; ++k) {
     std::string piece(1 + rng() % 80, ' ');
     for (char& c : piece) c = static_cast<char>('a' + rng() % 3);
     if (want.count(piece)) continue;
@@ -334,7 +334,8 @@ TEST(BpeCache, FindsWhatWasInsertedInlineOrNot) {
   }
   EXPECT_GT(inline_both, 10u);
   const std::string first = want.begin()->first;
-  for (int k = 0; cache.size() < 3000; ++k) {  // fill to the bound: the next insert clears
+  EXPECT_GT(want.size(), 32768u);
+  for (int k = 0; cache.size() < 40000; ++k) {  // fill to the bound: the next insert clears
     const std::string p = "fill" + std::to_string(k);
     const int32_t id = k;
     cache.insert(p, &id, 1);

@@ -357,7 +357,7 @@ void run(const PreprocessOptions& opt, const CommonFlags& common, Stats& stats) 
   ZLM_LOG_INF("Output prefix: %s", opt.output_prefix.c_str());
   const size_t P = static_cast<size_t>(opt.partitions);
   const uint64_t per_partition = P > 1 && opt.keep_sequential_samples ? std::max<uint64_t>(1, (count_lines(files) + P - 1) / P) : 0;
-  JsonlBatchReader reader(files);
+  JsonlBatchReader reader(files, 256 << 10);
   Progress progress({.label = "docs", .total_bytes = progress_total_bytes(files, reader), .interval_sec = common.progress_sec,
                      .enabled = !common.no_progress && !common.quiet, .extra_label = "tok"});
   DatasetSink sink(opt, common, reader, formats::best_fitting_dtype(tokenizer->vocab_size()), per_partition, progress);
