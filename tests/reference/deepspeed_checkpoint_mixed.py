@@ -40,7 +40,7 @@ import shutil
 import subprocess
 import sys
 
-from reference_env import fresh_dir
+from reference_env import check, fresh_dir
 from deepspeed_run import GLOBAL, H, HEADS, L, LR, MICRO, SEQ, TOKENS, VOCAB, Run, adamw_groups, end_worker, megatron_args, start_worker
 import numpy as np
 import torch
@@ -195,10 +195,6 @@ def logits_of_weights(weights):
             p.copy_(weights[name])
         return model(TOKENS, positions(TOKENS.shape[1]), causal_mask(TOKENS.shape[1]))[0].float()
 
-
-def check(good, text):
-    print(f"{'ok  ' if good else 'FAIL'} {text}", flush=True)
-    return good
 
 
 def worst(ours, theirs):

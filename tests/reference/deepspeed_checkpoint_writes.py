@@ -22,7 +22,7 @@ import os
 import shutil
 import sys
 
-from reference_env import fresh_dir
+from reference_env import check, fresh_dir
 from deepspeed_run import GLOBAL, Run, continue_run, cosine_engine, end_worker, spawn_engines, start_worker
 import torch
 from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
@@ -49,10 +49,6 @@ def worker(rank, world, stages, out):
         continue_run(engine, sched, loaded, sample, rank, world, N + 1, K, os.path.join(out, f"{stage}.json"))
     end_worker()
 
-
-def check(good, text):
-    print(f"{'ok  ' if good else 'FAIL'} {text}")
-    return good
 
 
 def worst(ours, theirs):

@@ -29,7 +29,7 @@ import os
 import subprocess
 import sys
 
-from reference_env import fresh_dir
+from reference_env import check, fresh_dir
 from deepspeed_run import GLOBAL, Run, continue_run, cosine_engine, end_worker, spawn_engines, start_worker
 import torch
 from megatron_samples import sample_reader
@@ -87,10 +87,6 @@ def worker(rank, world, jobs, out):
         continue_run(engine, sched, loaded, sample, rank, world, N + 1, K, os.path.join(out, f"{job}.json"))
     end_worker()
 
-
-def check(good, text):
-    print(f"{'ok  ' if good else 'FAIL'} {text}")
-    return good
 
 
 def conversions():

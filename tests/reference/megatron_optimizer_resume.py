@@ -16,13 +16,21 @@ K iterations in fp32 by megatron-core's FP32Optimizer (for the fp32 cases
 that is the run itself). pretrain_gpt --load of the checkpoint (fp32)
 continues with those losses within 1e-5 relative.
 
+The other way: pretrain_gpt --ckpt-format torch saves iteration N of an N + K
+run (fp32, and the layouts of --bf16 and --fp16, trained in fp32 on the CPU),
+and megatron-core's optimizer of that precision load_state_dict()s its
+`optimizer` and its scheduler its `opt_param_scheduler`, as Megatron-LM's
+loader does: the optimizer's fp32 weights, moments and step are then exactly
+the run's (its zerolm_optimizer entry and model), and in fp32 megatron-core
+continues iterations N+1..N+K with pretrain_gpt's own losses within 1e-5.
+
   megatron_optimizer_resume.py BIN_DIR DATA_DIR WORK_DIR    (exit 77: a package is missing)
 """
 import json
 import os
 import sys
 
-from reference_env import fresh_dir
+from reference_env import check, fresh_dir
 from deepspeed_run import GLOBAL, H, HEADS, L, LR, MICRO, SEQ, VOCAB, Run, megatron_args
 import numpy as np
 import torch
@@ -106,9 +114,57 @@ def worker(rank, mode, dist, hidden, out):
     os._exit(0)
 
 
-def check(good, text):
-    print(f"{'ok  ' if good else 'FAIL'} {text}", flush=True)
-    return good
+def load_ours(rank, mode, ckpt_file, out):
+    """megatron-core's optimizer of `mode` loading pretrain_gpt's checkpoint as Megatron-LM does."""
+    megatron_cpu.init(out)
+    import megatron_cpu_optimizer as mco
+    mco.patch()
+    torch.set_num_threads(1)
+    sample = sample_reader(RUN.data, RUN.index)
+    model, opt, sched = mco.build(mode, False, L, H, HEADS, SEQ, VOCAB, seed=7, lr=LR, iterations=N + K, samples_per_iteration=GLOBAL)
+    sd = torch.load(ckpt_file, weights_only=False)
+    core = model.module.module if hasattr(model.module, "module") else model.module
+    core.load_state_dict(sd["model"], strict=True)
+    opt.load_state_dict(sd["optimizer"])
+    sched.load_state_dict(sd["opt_param_scheduler"])
+    state = mco.fp32_state(model, opt, False)
+    ours = sd["zerolm_optimizer"]
+    tensors = [(sd["model"], state["weights"]), (ours["exp_avg"], state["exp_avg"]), (ours["exp_avg_sq"], state["exp_avg_sq"])]
+    differ = [k for want, got in tensors for k, t in want.items() if torch.is_tensor(t) and not torch.equal(t.float(), got[k])]
+    scale = opt.chained_optimizers[0].grad_scaler.scale.item() if mode == "fp16" else None
+    losses = {it: mco.step(model, opt, sched, micro_batches(sample, it), VOCAB, GLOBAL) for it in range(N + 1, N + K + 1)} if mode == "fp32" else {}
+    with open(os.path.join(out, "result.json"), "w") as f:
+        json.dump({"differ": differ, "step": state["step"], "our_step": ours["step"], "losses": losses, "scale": scale,
+                   "lr": opt.param_groups[0]["lr"], "optimizer": type(opt.chained_optimizers[0]).__name__}, f)
+    torch.distributed.destroy_process_group()
+    sys.stdout.flush()
+    os._exit(0)
+
+
+def megatron_loads_ours():
+    """pretrain_gpt's --ckpt-format torch files, continued by megatron-core's own optimizer."""
+    ok = True
+    for mode in ("fp32", "bf16", "fp16"):
+        saved = os.path.join(WORK, "ours_" + mode)
+        flags = [] if mode == "fp32" else ["--" + mode]
+        RUN.pretrain(saved, "--ckpt-format", "torch", "--save-interval", str(N), "--min-lr", str(LR), *flags)
+        out = fresh_dir(os.path.join(WORK, "megatron_loads_" + mode))
+        ckpt_file = os.path.join(saved, f"iter_{N:07d}", "mp_rank_00", "model_optim_rng.pt")
+        mp.spawn(load_ours, args=(mode, ckpt_file, out), nprocs=1, join=True)
+        with open(os.path.join(out, "result.json")) as f:
+            r = json.load(f)
+        ok &= check(not r["differ"] and r["step"] == r["our_step"] == N and (mode != "fp16" or r["scale"] == 2.0 ** 32),
+                    f"{mode}: megatron-core's {r['optimizer']} loads pretrain_gpt's optimizer and scheduler (lr {r['lr']}): fp32 weights, "
+                    f"moments and step {r['step']} exactly the run's" + (f", loss scale {r['scale']:g}" if r["scale"] else "")
+                    + (f" (differ: {r['differ'][:3]})" if r["differ"] else ""))
+        if mode == "fp32":
+            ours = Run.losses(saved)
+            theirs = {int(k): v for k, v in r["losses"].items()}
+            diff = max(abs(ours[it] - theirs[it]) / abs(ours[it]) for it in theirs)
+            ok &= check(diff <= TOLERANCE, f"fp32: megatron-core continues iterations {N + 1}-{N + K} from it with pretrain_gpt's own "
+                                           f"losses within {diff:.1e} (relative)")
+    return ok
+
 
 
 def main():
@@ -133,6 +189,7 @@ def main():
         ok &= check("Adam's moments and step" in log and "not read" not in log and diff <= TOLERANCE,
                     f"{name} ({r['optimizer']}, step {r['step']}): pretrain_gpt --load continues iterations {N + 1}-{N + K} with the "
                     f"losses of megatron-core's state continued in fp32 within {diff:.1e} (relative)")
+    ok &= megatron_loads_ours()
     sys.exit(0 if ok else 1)
 
 

@@ -26,3 +26,9 @@ def fresh_dir(path, *subdirs):
     for s in subdirs:
         os.makedirs(os.path.join(path, s))
     return path
+
+
+def check(good, text):
+    """Prints one of a test's checks as "ok" or "FAIL" with what it found; returns `good`."""
+    print(f"{'ok  ' if good else 'FAIL'} {text}", flush=True)
+    return good

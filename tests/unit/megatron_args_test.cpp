@@ -38,7 +38,7 @@ TEST(MegatronArgs, TutorialCommandParses) {
   EXPECT_TRUE(a.fp16);
   EXPECT_TRUE(a.checkpoint_activations);
   EXPECT_EQ(a.data_path.size(), 1u);
-  EXPECT_EQ(a.warmup_iters(), 3200);
+  EXPECT_DOUBLE_EQ(a.warmup_samples(), 0.01 * 320000 * 8);
   EXPECT_EQ(a.valid_samples(), (5000 / 100 + 1) * 10 * 8);
   EXPECT_EQ(a.test_samples(), 80);
   EXPECT_DOUBLE_EQ(a.min_lr, 1e-5);
@@ -95,6 +95,13 @@ TEST(MegatronArgs, LearningRateSchedule) {
   double mid = megatron_lr(a, 3200 + (320000 - 3200) / 2);
   EXPECT_NEAR(mid, 1e-5 + 0.5 * (0.00015 - 1e-5), 1e-12);
   EXPECT_DOUBLE_EQ(megatron_lr(a, 400000), 1e-5);
+  // A warm-up that ends inside an iteration, as megatron-core counts it (in samples): 1% of 150
+  // iterations of 4 samples is 6 samples, an iteration and a half.
+  a.global_batch_size = 4;
+  a.lr_decay_iters = 150;
+  EXPECT_DOUBLE_EQ(a.warmup_samples(), 6.0);
+  EXPECT_DOUBLE_EQ(megatron_lr(a, 1), 0.00015 * 4 / 6);
+  EXPECT_DOUBLE_EQ(megatron_lr(a, 2), 1e-5 + 0.5 * (std::cos(M_PI * 2.0 / 594.0) + 1.0) * (0.00015 - 1e-5));
 }
 
 }  // namespace

@@ -427,24 +427,72 @@ MegatronPart part_of(Gpt2& model, const ProcessGrid& grid, const RunState& st) {
                       .consumed_valid = st.consumed_valid};
 }
 
+// Megatron-LM's `optimizer` entry of one part, as megatron-core's optimizer saves it where it
+// runs torch's AdamW (no Transformer Engine or apex): FP32Optimizer's state is AdamW's state dict
+// (one entry per parameter, Megatron's two groups with megatron-core's keys, which its loader
+// matches groups by); with --bf16/--fp16 Float16OptimizerWithFloat16Params' wraps it with the fp32
+// master weights per group (and, for fp16, the grad scaler, its growth count started afresh).
+std::shared_ptr<PyValue> megatron_optimizer_state(const PyValue& module, const PyValue& exp_avg, const PyValue& exp_avg_sq, const DeepSpeedRun& run) {
+  std::shared_ptr<PyValue> adam = adamw_part_state(module, exp_avg, exp_avg_sq, run);
+  for (const auto& [key, groups] : adam->entries)
+    if (key->as_str() == "param_groups")
+      for (const auto& g : groups->items) {
+        auto put = [&](const char* k, std::shared_ptr<PyValue> v) { g->entries.emplace_back(py_str(k), std::move(v)); };
+        put("is_expert_parallel", py_bool(false));
+        put("default_config", py_bool(true));
+        put("is_decoupled_lr", py_bool(false));
+        put("max_lr", py_float(run.max_lr));
+        put("min_lr", py_float(run.min_lr));
+      }
+  if (!run.fp16 && !run.bf16) return adam;
+  std::vector<std::pair<std::string, torch::Tensor>> params;
+  for (const auto& [k, t] : module.entries)
+    if (t->is(PyValue::Kind::Tensor)) params.emplace_back(k->as_str(), t->tensor);
+  auto masters = py_list();
+  for (const std::vector<size_t>& group : megatron_optimizer_groups(params)) {
+    auto list = py_list();
+    for (size_t i : group) list->items.push_back(py_tensor(params[i].second.to(torch::kFloat)));
+    masters->items.push_back(list);
+  }
+  auto out = py_dict();
+  auto put = [&](const char* k, std::shared_ptr<PyValue> v) { out->entries.emplace_back(py_str(k), std::move(v)); };
+  put("optimizer", adam);
+  if (run.fp16) {
+    auto scaler = py_dict();
+    scaler->entries.emplace_back(py_str("scale"), py_tensor(torch::tensor({static_cast<float>(run.loss_scale)})));
+    scaler->entries.emplace_back(py_str("growth_tracker"), py_int(0));
+    scaler->entries.emplace_back(py_str("hysteresis_tracker"), py_int(run.hysteresis));
+    put("grad_scaler", scaler);
+  }
+  put("fp32_from_fp16_params", masters);
+  return out;
+}
+
 // This rank's part as Megatron-LM's model_optim_rng.pt (--ckpt-format torch): `model`
-// under megatron-core's names, `args`, `iteration`, `checkpoint_version`; Megatron's own
-// loader takes it with --no-load-optim --no-load-rng. Adam's moments and step go under a
-// key of ours, "zerolm_optimizer", with the same names (Megatron ignores it): a zerolm
-// run resumes with them.
-void write_megatron_part(Gpt2& model, const ZeroEngine::FullState& full, const ProcessGrid& grid, const RunState& st, const fs::path& file) {
+// under megatron-core's names, `args`, `iteration`, `checkpoint_version`, Megatron's own
+// `optimizer` and `opt_param_scheduler` (megatron_optimizer_state; the scheduler's state counted
+// in samples), so that Megatron-LM's loader resumes it with --no-load-rng (there is no
+// `rng_state`). Adam's moments and step also go under a key of ours, "zerolm_optimizer", with
+// the model's names (Megatron ignores it): a zerolm run resumes from those.
+void write_megatron_part(Gpt2& model, const ZeroEngine::FullState& full, const ProcessGrid& grid, const RunState& st, DeepSpeedRun run,
+                         const fs::path& file) {
   const GlobalNamed named = by_global_name(model, full);
   const MegatronPart part = part_of(model, grid, st);
+  const std::shared_ptr<PyValue> module = megatron_part_state(named.params, part), m = megatron_part_state(named.exp_avg, part),
+                                 v = megatron_part_state(named.exp_avg_sq, part);
+  run.adam_step = full.step;
   auto opt = py_dict();
-  opt->entries.emplace_back(py_str("exp_avg"), megatron_part_state(named.exp_avg, part));
-  opt->entries.emplace_back(py_str("exp_avg_sq"), megatron_part_state(named.exp_avg_sq, part));
+  opt->entries.emplace_back(py_str("exp_avg"), m);
+  opt->entries.emplace_back(py_str("exp_avg_sq"), v);
   opt->entries.emplace_back(py_str("step"), py_int(full.step));
   PyValue top;
   top.kind = PyValue::Kind::Dict;
   top.entries.emplace_back(py_str("args"), megatron_args(part));
   top.entries.emplace_back(py_str("checkpoint_version"), py_float(3.0));
   top.entries.emplace_back(py_str("iteration"), py_int(st.iteration));
-  top.entries.emplace_back(py_str("model"), megatron_part_state(named.params, part));
+  top.entries.emplace_back(py_str("model"), module);
+  top.entries.emplace_back(py_str("optimizer"), megatron_optimizer_state(*module, *m, *v, run));
+  if (run.lr_scheduler) top.entries.emplace_back(py_str("opt_param_scheduler"), run.lr_scheduler);
   top.entries.emplace_back(py_str("zerolm_optimizer"), opt);
   save_torch_file(file.string(), top);
 }
@@ -529,6 +577,8 @@ DeepSpeedRun deepspeed_run(const TrainArgs& a, const RunState& st, int zero_stag
   r.micro_batch = a.micro_batch_size;
   r.global_batch = a.global_batch_size;
   r.lr = megatron_lr(a, st.iteration);
+  r.max_lr = a.lr;
+  r.min_lr = a.min_lr;
   r.weight_decay = a.weight_decay;
   r.beta1 = a.adam_beta1;
   r.beta2 = a.adam_beta2;
@@ -543,7 +593,7 @@ DeepSpeedRun deepspeed_run(const TrainArgs& a, const RunState& st, int zero_stag
   auto s = py_dict();
   auto put = [&](const char* k, std::shared_ptr<PyValue> v) { s->entries.emplace_back(py_str(k), std::move(v)); };
   put("max_lr", py_float(a.lr));
-  put("lr_warmup_steps", py_int(a.warmup_iters() * gbs));
+  put("lr_warmup_steps", a.lr_warmup_iters > 0 || a.lr_warmup_fraction <= 0 ? py_int(a.lr_warmup_iters * gbs) : py_float(a.warmup_samples()));
   put("num_steps", py_int(st.consumed_train));
   put("lr_decay_style", py_str(a.lr_decay_style));
   put("lr_decay_steps", py_int(a.decay_iters() * gbs));
@@ -567,6 +617,7 @@ void save_checkpoint(const std::string& dir, Gpt2& model, ZeroEngine& engine, Pr
   const bool deepspeed = format == CheckpointFormat::kDeepSpeed;
   if (deepspeed && (!ds || grid.pp_size() != 1))
     throw Error(ErrorKind::Internal, "a DeepSpeed checkpoint needs the run's optimizer settings and one pipeline stage");
+  if (format == CheckpointFormat::kMegatron && !ds) throw Error(ErrorKind::Internal, "a Megatron checkpoint needs the run's optimizer settings");
   ZeroEngine::FullState full = engine.gather_state();  // on data-parallel rank 0
   Comm& world = grid.world();
   const std::string name = deepspeed ? deepspeed_tag(st.iteration) : iter_name(st.iteration);
@@ -588,7 +639,7 @@ void save_checkpoint(const std::string& dir, Gpt2& model, ZeroEngine& engine, Pr
       write_deepspeed_files(model, full, grid, st, *ds, tmp_dir);
     } else if (format == CheckpointFormat::kMegatron) {
       fs::create_directories(file.parent_path());
-      write_megatron_part(model, full, grid, st, file);
+      write_megatron_part(model, full, grid, st, *ds, file);
     } else {
       fs::create_directories(file.parent_path());
       torch::serialize::OutputArchive archive = part_archive(model, full, grid.tp_rank(), grid.pp_rank(), lay, rng, st, world.world());

@@ -53,8 +53,9 @@ DeepSpeedRun deepspeed_run(const TrainArgs& a, const RunState& st, int zero_stag
 
 // Collective: every rank calls it, with the same save_number (0, 1, 2, ...: the
 // run's count of saves, which keys the ranks' agreement on the temporary directory).
-// `ds`: with kDeepSpeed, the run's optimizer settings and scheduler (its stage,
-// data-parallel size, iteration and step are filled in here).
+// `ds`: with kDeepSpeed and kMegatron, the run's optimizer settings and scheduler (its
+// stage, data-parallel size, iteration and step are filled in here); Megatron's format
+// writes them as megatron-core's optimizer and scheduler state.
 void save_checkpoint(const std::string& dir, Gpt2& model, ZeroEngine& engine, ProcessGrid& grid, const RngTracker& rng,
                      const RunState& st, int save_number, CheckpointFormat format = CheckpointFormat::kZerolm,
                      const DeepSpeedRun* ds = nullptr);

@@ -543,13 +543,15 @@ struct Group {
   double weight_decay = 0, wd_mult = 1;
 };
 
+// Megatron's two groups (megatron_optimizer_groups: weight decay on the matrices, none on the
+// biases and LayerNorms), both kept even if one were empty.
 std::vector<Group> groups_of(const PyValue& module, const PyValue& exp_avg, const PyValue& exp_avg_sq, double weight_decay) {
   std::vector<Group> g(2);
   g[0].weight_decay = weight_decay;
   g[1].wd_mult = 0;
   for (const auto& [k, t] : module.entries) {
     if (!t->is(PyValue::Kind::Tensor)) continue;  // _extra_state
-    Group& to = g[t->tensor.dim() >= 2 ? 0 : 1];
+    Group& to = g[megatron_no_weight_decay(k->as_str(), t->tensor) ? 1 : 0];
     to.names.push_back(k->as_str());
     to.w.push_back(t->tensor.flatten());
     to.m.push_back(exp_avg.at(k->as_str()).as_tensor().flatten());
@@ -892,6 +894,10 @@ std::shared_ptr<PyValue> ds_config_of(const DeepSpeedRun& run) {
 }  // namespace
 
 ImportedModel read_deepspeed_model(const std::string& dir) { return DeepSpeedReader(dir).read(); }
+
+std::shared_ptr<PyValue> adamw_part_state(const PyValue& module, const PyValue& exp_avg, const PyValue& exp_avg_sq, const DeepSpeedRun& run) {
+  return per_parameter_adamw_state(groups_of(module, exp_avg, exp_avg_sq, run.weight_decay), module, run);
+}
 
 std::string deepspeed_tag(int64_t iteration) { return "global_step" + std::to_string(iteration); }
 

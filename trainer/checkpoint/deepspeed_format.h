@@ -66,12 +66,20 @@ struct DeepSpeedRun {
   int64_t dp_size = 1, iteration = 0, adam_step = 0;
   int64_t micro_batch = 0, global_batch = 0;  // for ds_config; 0: not said
   double lr = 0, weight_decay = 0.01, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, clip_grad = 0;
+  double max_lr = 0, min_lr = 0;  // the schedule's (megatron-core's parameter groups keep them)
   bool fp16 = false, bf16 = false;  // the files of DeepSpeed's fp16 / bf16 engine
   bool dynamic_loss_scale = false;  // fp16's DynamicLossScaler (its window starts afresh), else a static LossScaler
   double loss_scale = 1.0, min_loss_scale = 1.0;
   int64_t loss_scale_window = 1000, hysteresis = 2;
   std::shared_ptr<PyValue> lr_scheduler;
 };
+
+// torch.optim.AdamW's state_dict() over one part's parameters (`module`, megatron_part_state's
+// order; the moments alike): one entry per parameter in its shape, numbered through Megatron's
+// two groups, each group with AdamW's hyperparameters and the multipliers Megatron's scheduler
+// reads. What DeepSpeed's fp32 engine without ZeRO saves, and the core of megatron-core's
+// optimizer state (megatron_optimizer_state).
+std::shared_ptr<PyValue> adamw_part_state(const PyValue& module, const PyValue& exp_avg, const PyValue& exp_avg_sq, const DeepSpeedRun& run);
 
 // The tag directory name of an iteration's checkpoint: global_stepN (Megatron-DeepSpeed's).
 std::string deepspeed_tag(int64_t iteration);

@@ -379,12 +379,11 @@ std::optional<AdamEntry> adam_entry(const PyValue* state, int64_t index, int64_t
   return e;
 }
 
+bool megatron_no_weight_decay(const std::string& name, const torch::Tensor& t) { return name.ends_with(".bias") || t.dim() == 1; }
+
 std::vector<std::vector<size_t>> megatron_optimizer_groups(const std::vector<std::pair<std::string, torch::Tensor>>& params) {
   std::vector<std::vector<size_t>> g(2);
-  for (size_t i = 0; i < params.size(); ++i) {
-    const bool no_wd = params[i].first.ends_with(".bias") || params[i].second.dim() == 1;
-    g[no_wd ? 1 : 0].push_back(i);
-  }
+  for (size_t i = 0; i < params.size(); ++i) g[megatron_no_weight_decay(params[i].first, params[i].second) ? 1 : 0].push_back(i);
   std::erase_if(g, [](const auto& v) { return v.empty(); });
   return g;
 }

@@ -105,6 +105,8 @@ ImportedModel read_megatron_model(const std::string& dir);
 // _get_param_groups and the legacy code before it); empty groups dropped, as torch's optimizer
 // never sees them.
 std::vector<std::vector<size_t>> megatron_optimizer_groups(const std::vector<std::pair<std::string, torch::Tensor>>& params);
+// Megatron's rule for one parameter: no weight decay on biases and one-dimensional tensors.
+bool megatron_no_weight_decay(const std::string& name, const torch::Tensor& t);
 
 // A step count as torch's optimizers save it: a tensor (torch's Adam), an int or a float.
 int64_t step_value(const PyValue& v);

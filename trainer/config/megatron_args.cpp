@@ -335,20 +335,23 @@ TrainArgs parse_megatron_args(int argc, const char* const* argv, std::string* he
   return a;
 }
 
-int64_t TrainArgs::warmup_iters() const {
-  if (lr_warmup_iters > 0) return lr_warmup_iters;
-  if (lr_warmup_fraction > 0) return static_cast<int64_t>(lr_warmup_fraction * static_cast<double>(decay_iters()));
+double TrainArgs::warmup_samples() const {
+  if (lr_warmup_iters > 0) return static_cast<double>(lr_warmup_iters * global_batch_size);
+  if (lr_warmup_fraction > 0) return lr_warmup_fraction * static_cast<double>(decay_iters() * global_batch_size);
   return 0;
 }
 
+// megatron-core's OptimizerParamScheduler.get_lr after `it` iterations, as it computes it: its
+// steps count samples (num_steps = it * global batch), and the order of operations is its own, so
+// that the learning rate is Megatron's to the bit (also a warm-up that ends inside an iteration).
 double megatron_lr(const TrainArgs& a, int64_t it) {
-  const double warm = static_cast<double>(a.warmup_iters()), decay = static_cast<double>(a.decay_iters());
-  const double step = static_cast<double>(it);
-  if (warm > 0 && step <= warm) return a.lr * step / warm;
+  const double num_steps = static_cast<double>(it * a.global_batch_size);
+  const double warmup = a.warmup_samples(), decay = static_cast<double>(a.decay_iters() * a.global_batch_size);
+  if (warmup > 0 && num_steps <= warmup) return 0.0 + (a.lr - 0.0) * num_steps / warmup;
   if (a.lr_decay_style == "constant") return a.lr;
-  if (step > decay) return a.min_lr;
-  double ratio = (step - warm) / std::max(1.0, decay - warm);
-  double coeff = a.lr_decay_style == "cosine" ? 0.5 * (std::cos(M_PI * ratio) + 1.0) : 1.0 - ratio;
+  if (num_steps > decay) return a.min_lr;
+  const double ratio = (num_steps - warmup) / (decay - warmup);
+  const double coeff = a.lr_decay_style == "cosine" ? 0.5 * (std::cos(M_PI * ratio) + 1.0) : 1.0 - ratio;
   return a.min_lr + coeff * (a.lr - a.min_lr);
 }
 

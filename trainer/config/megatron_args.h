@@ -112,7 +112,10 @@ struct TrainArgs {
   int64_t total_iters() const { return train_iters ? train_iters : train_samples / global_batch_size; }
   int64_t valid_samples() const { return (total_iters() / eval_interval + 1) * eval_iters * global_batch_size; }
   int64_t test_samples() const { return eval_iters * global_batch_size; }
-  int64_t warmup_iters() const;
+  // Megatron's lr_warmup_steps, in samples: --lr-warmup-fraction times the decay's samples
+  // (lr_decay_iters * global batch, a fraction of one iteration's samples where it falls so), else
+  // --lr-warmup-iters * global batch.
+  double warmup_samples() const;
   int64_t decay_iters() const { return lr_decay_iters ? lr_decay_iters : total_iters(); }
   // Virtual pipeline chunks per rank (1 without --num-layers-per-virtual-pipeline-stage).
   int64_t pipeline_chunks() const {

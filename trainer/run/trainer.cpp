@@ -636,9 +636,10 @@ void Trainer::tensorboard_training(double loss_avg, double grad_norm) {
 void Trainer::save() {
   const CheckpointFormat format = checkpoint_format(a_.ckpt_format);
   DeepSpeedRun ds;
-  if (format == CheckpointFormat::kDeepSpeed) {
-    // The layout of the precision asked for, which DeepSpeed's engine of that precision looks for,
-    // also where CPU training fell back to fp32 (the files hold fp32 master weights either way).
+  if (format != CheckpointFormat::kZerolm) {
+    // The layout of the precision asked for, which DeepSpeed's engine (or Megatron's optimizer) of
+    // that precision looks for, also where CPU training fell back to fp32 (the files hold fp32
+    // master weights either way).
     ds = deepspeed_run(a_, st_, cfg_.zero.number(), a_.bf16);
     ds.fp16 = a_.fp16;
     ds.dynamic_loss_scale = a_.fp16 && a_.loss_scale <= 0;
