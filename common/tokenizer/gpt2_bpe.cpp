@@ -167,6 +167,9 @@ uint64_t mix(uint64_t x) {
 // GPT-2's) sit in 16-byte slots, longer ones in 24-byte slots; linear probing, two thirds full or less.
 class ShortTokens {
  public:
+  ShortTokens() = default;
+  ShortTokens(const ShortTokens&) = delete;  // the view may point into the own tables
+  ShortTokens& operator=(const ShortTokens&) = delete;
   struct Small {
     uint64_t key = 0;
     int32_t id = -1;
@@ -195,12 +198,23 @@ class ShortTokens {
         large_own_[i] = Large{k0, k1, id, static_cast<uint32_t>(b.size())};
       }
     }
-    view(small_own_.data(), small_own_.size(), large_own_.data(), large_own_.size());
+    small_ = small_own_.data(), small_mask_ = small_own_.size() - 1, large_ = large_own_.data(), large_mask_ = large_own_.size() - 1;
   }
   // Looks up in tables built elsewhere (the saved model's, mapped); false unless both sizes are
   // powers of two.
-  bool view(const Small* small, size_t n_small, const Large* large, size_t n_large) {
+  bool view(const Small* small, size_t n_small, const Large* large, size_t n_large, int32_t id_limit) {
     if (!std::has_single_bit(n_small) || !std::has_single_bit(n_large)) return false;
+    // find() stops at an empty slot and encode_piece emits the ids: a table from a file must
+    // have one, and only ids below the vocabulary's size.
+    auto fits = [&](const auto* t, size_t n) {
+      bool empty = false;
+      for (size_t i = 0; i < n; ++i) {
+        if (t[i].len == 0) empty = true;
+        else if (t[i].id < 0 || t[i].id >= id_limit || t[i].len < 2 || t[i].len > kWholeTokenMax) return false;
+      }
+      return empty;
+    };
+    if (!fits(small, n_small) || !fits(large, n_large)) return false;
     small_ = small, small_mask_ = n_small - 1, large_ = large, large_mask_ = n_large - 1;
     return true;
   }
@@ -288,7 +302,8 @@ struct Gpt2Bpe::Impl {
   // up in its vocabulary first too). For GPT-2's files every token is one; the flag keeps the
   // result BPE's for files where some are not.
   // Only tokens of 2 to kWholeTokenMax bytes are marked (longer ones are rare in text, and
-  // merging gives them the same result).
+  // merging gives them the same result). Built at load from the files only: the saved model
+  // keeps the tables made from it (short_tokens).
   std::vector<uint8_t> whole;
   ShortTokens short_tokens;  // the marked tokens, for encode_piece (built from `whole`, saved with the model)
   void mark_whole_tokens();
@@ -545,7 +560,7 @@ namespace {
 
 // The format's name and version: change it with the layout below (serialize), so that a model
 // saved by another build is parsed again rather than misread.
-constexpr char kModelMagic[8] = {'Z', 'L', 'M', 'B', 'P', 'E', '0', '5'};
+constexpr char kModelMagic[8] = {'Z', 'L', 'M', 'B', 'P', 'E', '0', '6'};
 
 struct Writer {
   std::string out;
@@ -634,7 +649,6 @@ std::string Gpt2Bpe::Impl::serialize() const {
   w.put_vector(id_slots);
   w.put_vector(pairs);
   w.put_vector(result_of);
-  w.put_vector(whole);
   w.put_array(short_tokens.small(), short_tokens.small_size());
   w.put_array(short_tokens.large(), short_tokens.large_size());
   return std::move(w.out);
@@ -654,17 +668,18 @@ bool Gpt2Bpe::Impl::deserialize(std::string_view bytes) {
     const std::string_view b = r.get_bytes();
     aliases.emplace(std::string(b), r.get<int32_t>());
   }
-  // The tables that encoding reads stay in the mapped file; the ones only loading and saving
-  // use (id_slots, whole) are checked and left there.
-  size_t n_id_slots = 0, n_pairs = 0, n_results = 0, n_whole = 0, n_small = 0, n_large = 0;
+  // The tables that encoding reads stay in the mapped file. The bytes -> id index is only for
+  // loading the files: it is checked and left there, and a read-back model has none (id_mask 0).
+  size_t n_id_slots = 0, n_pairs = 0, n_results = 0, n_small = 0, n_large = 0;
   r.view<int32_t>(n_id_slots);
   pair_table = r.view<PairEntry>(n_pairs);
   result_table = r.view<int32_t>(n_results);
-  r.view<uint8_t>(n_whole);
   const auto* small = r.view<ShortTokens::Small>(n_small);
   const auto* large = r.view<ShortTokens::Large>(n_large);
-  return r.ok && r.in.empty() && n_id_slots == id_mask + 1 && n_pairs == pair_mask + 1 && n_results == merges && num_symbols() >= 256 &&
-         n_whole == num_symbols() && short_tokens.view(small, n_small, large, n_large);
+  const bool ok = r.ok && r.in.empty() && n_id_slots == id_mask + 1 && n_pairs == pair_mask + 1 && n_results == merges && num_symbols() >= 256 &&
+                  short_tokens.view(small, n_small, large, n_large, vocab_limit);
+  id_mask = 0, ids_used = 0;
+  return ok;
 }
 
 // The saved model at `path` when it is the one of these files (`key`) and its payload is whole.

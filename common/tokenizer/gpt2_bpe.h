@@ -52,6 +52,8 @@ namespace zlm {
 class BpeCache {
  public:
   explicit BpeCache(size_t max_entries = 1 << 18);
+  BpeCache(const BpeCache&) = delete;  // slots_ points into memory_: one owner, never moved
+  BpeCache& operator=(const BpeCache&) = delete;
   static uint64_t hash(std::string_view piece);
   // On a hit, appends the ids to `out` and returns true. `h` is hash(piece).
   bool find(std::string_view piece, uint64_t h, std::vector<int32_t>& out) const;

@@ -43,7 +43,10 @@ printf "| (gigatoken, warm from an earlier pass over the same text) | %.1f | - |
 #    cost, not the disk's (ours fsyncs its outputs before renaming them; on this machine's disk
 #    that alone moved a run by tens of milliseconds).
 io=$work
-[[ -d /dev/shm && -w /dev/shm ]] && io=$(mktemp -d -p /dev/shm) && trap 'rm -rf "$work" "$io"' EXIT
+if [[ -d /dev/shm && -w /dev/shm ]] && shm=$(mktemp -d -p /dev/shm); then
+  io=$shm
+  trap 'rm -rf "$work" "$io"' EXIT
+fi
 cp $DATA/megatron/openwebtext-1000.decoded.jsonl "$io/in.jsonl"
 mb=$(calc "$(stat -c %s "$io/in.jsonl") / 1000000")
 docs=$(wc -l < "$io/in.jsonl")

@@ -15,6 +15,9 @@
 #  4. Megatron's tutorial flags are accepted (parsing only: --help path).
 #   trainer_test.sh SOURCE_DIR BIN_DIR
 set -euo pipefail
+# Bit-for-bit comparisons (resume, generation) need runs that repeat their own bits: on the CPU
+# that takes one BLAS thread (MKL's threaded GEMM can move a process's first logged loss by a few ulps).
+export MKL_NUM_THREADS=1
 SRC=$1 BIN=$2
 DATA=$SRC/tests/data/megatron
 W=$(mktemp -d)

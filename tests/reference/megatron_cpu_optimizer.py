@@ -69,9 +69,11 @@ def load_fixes():
     DistributedOptimizer.load_state_dict = load_state_dict
 
 
-def build(mode, dist, layers, hidden, heads, seq, vocab, seed, lr, weight_decay=0.01, iterations=10, samples_per_iteration=1):
+def build(mode, dist, layers, hidden, heads, seq, vocab, seed, lr, weight_decay=0.01, iterations=10, samples_per_iteration=1, schedule=None):
     """The model in megatron-core's wrappers, its optimizer (AdamW, betas 0.9/0.999, eps 1e-8, no
-    clipping) and a constant learning-rate schedule counted in samples, as Megatron-LM steps it."""
+    clipping) and a constant learning-rate schedule counted in samples, as Megatron-LM steps it.
+    `schedule`: OptimizerParamScheduler arguments instead of the constant one, and a scheduler that,
+    as Megatron-LM's by default, asserts that a checkpoint's schedule is its own."""
     from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
     from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
     from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
@@ -94,6 +96,10 @@ def build(mode, dist, layers, hidden, heads, seq, vocab, seed, lr, weight_decay=
                            initial_loss_scale=2.0 ** 12)  # fp16: Megatron's 2**32 skips the first steps
     opt = get_megatron_optimizer(ocfg, [model])
     total = iterations * samples_per_iteration
+    if schedule is not None:
+        sched = OptimizerParamScheduler(opt, start_wd=weight_decay, end_wd=weight_decay, wd_incr_steps=total, wd_incr_style="constant",
+                                        use_checkpoint_opt_param_scheduler=False, override_opt_param_scheduler=False, **schedule)
+        return model, opt, sched
     sched = OptimizerParamScheduler(opt, init_lr=lr, max_lr=lr, min_lr=lr, lr_warmup_steps=0, lr_decay_steps=total, lr_decay_style="constant",
                                     start_wd=weight_decay, end_wd=weight_decay, wd_incr_steps=total, wd_incr_style="constant")
     return model, opt, sched

@@ -17,12 +17,15 @@ that is the run itself). pretrain_gpt --load of the checkpoint (fp32)
 continues with those losses within 1e-5 relative.
 
 The other way: pretrain_gpt --ckpt-format torch saves iteration N of an N + K
-run (fp32, and the layouts of --bf16 and --fp16, trained in fp32 on the CPU),
-and megatron-core's optimizer of that precision load_state_dict()s its
-`optimizer` and its scheduler its `opt_param_scheduler`, as Megatron-LM's
-loader does: the optimizer's fp32 weights, moments and step are then exactly
-the run's (its zerolm_optimizer entry and model), and in fp32 megatron-core
-continues iterations N+1..N+K with pretrain_gpt's own losses within 1e-5.
+run (fp32, and the layouts of --bf16 and --fp16, trained in fp32 on the CPU;
+a cosine schedule whose warm-up ends inside the first iteration), and
+megatron-core's optimizer of that precision load_state_dict()s its `optimizer`
+and its scheduler, built from the same flags and asserting as Megatron-LM's
+does that the checkpoint's schedule is its own, its `opt_param_scheduler`:
+the learning rate is then pretrain_gpt's, the optimizer's fp32 weights,
+moments and every parameter's step exactly the run's (its zerolm_optimizer
+entry and model), and in fp32 megatron-core continues iterations N+1..N+K
+with pretrain_gpt's own losses within 1e-5.
 
   megatron_optimizer_resume.py BIN_DIR DATA_DIR WORK_DIR    (exit 77: a package is missing)
 """
@@ -40,6 +43,7 @@ from megatron_samples import sample_reader
 
 BIN, DATA_DIR, WORK = sys.argv[1:4]
 N, K = 2, 3
+WARMUP_FRACTION = 0.1  # of N + K iterations: half of the first one (pretrain_gpt's checkpoints, megatron-core's scheduler)
 RUN = Run(BIN, DATA_DIR, WORK, iters=N + K)
 TOLERANCE = 1e-5
 # (precision, distributed optimizer, hidden size): at hidden 40 the distributed optimizer's buffer has gaps (each
@@ -121,21 +125,29 @@ def load_ours(rank, mode, ckpt_file, out):
     mco.patch()
     torch.set_num_threads(1)
     sample = sample_reader(RUN.data, RUN.index)
-    model, opt, sched = mco.build(mode, False, L, H, HEADS, SEQ, VOCAB, seed=7, lr=LR, iterations=N + K, samples_per_iteration=GLOBAL)
+    total = (N + K) * GLOBAL
+    schedule = {"init_lr": 0.0, "max_lr": LR, "min_lr": LR / 10, "lr_warmup_steps": WARMUP_FRACTION * total, "lr_decay_steps": total,
+                "lr_decay_style": "cosine"}
+    model, opt, sched = mco.build(mode, False, L, H, HEADS, SEQ, VOCAB, seed=7, lr=LR, iterations=N + K, samples_per_iteration=GLOBAL,
+                                  schedule=schedule)
     sd = torch.load(ckpt_file, weights_only=False)
     core = model.module.module if hasattr(model.module, "module") else model.module
     core.load_state_dict(sd["model"], strict=True)
     opt.load_state_dict(sd["optimizer"])
     sched.load_state_dict(sd["opt_param_scheduler"])
+    lr = opt.param_groups[0]["lr"]  # the rate of iteration N + 1, before the steps below move it
     state = mco.fp32_state(model, opt, False)
+    inner = opt.chained_optimizers[0].optimizer
+    steps = sorted({float(st["step"]) for st in inner.state.values()})
     ours = sd["zerolm_optimizer"]
     tensors = [(sd["model"], state["weights"]), (ours["exp_avg"], state["exp_avg"]), (ours["exp_avg_sq"], state["exp_avg_sq"])]
     differ = [k for want, got in tensors for k, t in want.items() if torch.is_tensor(t) and not torch.equal(t.float(), got[k])]
     scale = opt.chained_optimizers[0].grad_scaler.scale.item() if mode == "fp16" else None
     losses = {it: mco.step(model, opt, sched, micro_batches(sample, it), VOCAB, GLOBAL) for it in range(N + 1, N + K + 1)} if mode == "fp32" else {}
     with open(os.path.join(out, "result.json"), "w") as f:
-        json.dump({"differ": differ, "step": state["step"], "our_step": ours["step"], "losses": losses, "scale": scale,
-                   "lr": opt.param_groups[0]["lr"], "optimizer": type(opt.chained_optimizers[0]).__name__}, f)
+        json.dump({"differ": differ, "steps": steps, "states": len(inner.state), "params": sum(torch.is_tensor(t) for t in sd["model"].values()),
+                   "our_step": ours["step"], "losses": losses, "scale": scale,
+                   "lr": lr, "optimizer": type(opt.chained_optimizers[0]).__name__}, f)
     torch.distributed.destroy_process_group()
     sys.stdout.flush()
     os._exit(0)
@@ -147,16 +159,20 @@ def megatron_loads_ours():
     for mode in ("fp32", "bf16", "fp16"):
         saved = os.path.join(WORK, "ours_" + mode)
         flags = [] if mode == "fp32" else ["--" + mode]
-        RUN.pretrain(saved, "--ckpt-format", "torch", "--save-interval", str(N), "--min-lr", str(LR), *flags)
+        RUN.pretrain(saved, "--ckpt-format", "torch", "--save-interval", str(N), *flags,
+                     schedule=("--lr-decay-style", "cosine", "--lr-warmup-fraction", str(WARMUP_FRACTION), "--min-lr", str(LR / 10)))
         out = fresh_dir(os.path.join(WORK, "megatron_loads_" + mode))
         ckpt_file = os.path.join(saved, f"iter_{N:07d}", "mp_rank_00", "model_optim_rng.pt")
         mp.spawn(load_ours, args=(mode, ckpt_file, out), nprocs=1, join=True)
         with open(os.path.join(out, "result.json")) as f:
             r = json.load(f)
-        ok &= check(not r["differ"] and r["step"] == r["our_step"] == N and (mode != "fp16" or r["scale"] == 2.0 ** 32),
-                    f"{mode}: megatron-core's {r['optimizer']} loads pretrain_gpt's optimizer and scheduler (lr {r['lr']}): fp32 weights, "
-                    f"moments and step {r['step']} exactly the run's" + (f", loss scale {r['scale']:g}" if r["scale"] else "")
-                    + (f" (differ: {r['differ'][:3]})" if r["differ"] else ""))
+        with open(os.path.join(saved, "metrics.jsonl")) as f:
+            our_lr = next(rec["lr"] for rec in map(json.loads, f) if rec.get("iteration") == N and "split" not in rec)
+        ok &= check(not r["differ"] and r["steps"] == [N] == [r["our_step"]] and r["states"] == r["params"] and r["lr"] == our_lr
+                    and (mode != "fp16" or r["scale"] == 2.0 ** 32),
+                    f"{mode}: megatron-core's {r['optimizer']} and scheduler load pretrain_gpt's: learning rate {r['lr']} (pretrain_gpt's "
+                    f"{our_lr}), fp32 weights and moments exactly the run's, step {r['steps']} in all {r['states']} parameters"
+                    + (f", loss scale {r['scale']:g}" if r["scale"] else "") + (f" (differ: {r['differ'][:3]})" if r["differ"] else ""))
         if mode == "fp32":
             ours = Run.losses(saved)
             theirs = {int(k): v for k, v in r["losses"].items()}

@@ -102,6 +102,12 @@ TEST(MegatronArgs, LearningRateSchedule) {
   EXPECT_DOUBLE_EQ(a.warmup_samples(), 6.0);
   EXPECT_DOUBLE_EQ(megatron_lr(a, 1), 0.00015 * 4 / 6);
   EXPECT_DOUBLE_EQ(megatron_lr(a, 2), 1e-5 + 0.5 * (std::cos(M_PI * 2.0 / 594.0) + 1.0) * (0.00015 - 1e-5));
+  // --train-samples: the decay spans that many samples, not whole batches of them (1001 here).
+  a.train_iters = 0, a.train_samples = 1001, a.lr_decay_iters = 0;
+  EXPECT_EQ(a.decay_samples(), 1001);
+  EXPECT_DOUBLE_EQ(a.warmup_samples(), 0.01 * 1001);
+  EXPECT_GT(megatron_lr(a, 250), 1e-5);  // 1000 samples: still decaying
+  EXPECT_DOUBLE_EQ(megatron_lr(a, 251), 1e-5);
 }
 
 }  // namespace

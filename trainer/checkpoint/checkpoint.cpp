@@ -596,12 +596,12 @@ DeepSpeedRun deepspeed_run(const TrainArgs& a, const RunState& st, int zero_stag
   put("lr_warmup_steps", a.lr_warmup_iters > 0 || a.lr_warmup_fraction <= 0 ? py_int(a.lr_warmup_iters * gbs) : py_float(a.warmup_samples()));
   put("num_steps", py_int(st.consumed_train));
   put("lr_decay_style", py_str(a.lr_decay_style));
-  put("lr_decay_steps", py_int(a.decay_iters() * gbs));
+  put("lr_decay_steps", py_int(a.decay_samples()));
   put("min_lr", py_float(a.min_lr));
   put("start_wd", py_float(a.weight_decay));
   put("end_wd", py_float(a.weight_decay));
   put("wd_incr_style", py_str("constant"));
-  put("wd_incr_steps", py_int(a.total_iters() * gbs));
+  put("wd_incr_steps", py_int(a.train_samples_total()));
   r.lr_scheduler = s;
   return r;
 }

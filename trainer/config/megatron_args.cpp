@@ -337,7 +337,7 @@ TrainArgs parse_megatron_args(int argc, const char* const* argv, std::string* he
 
 double TrainArgs::warmup_samples() const {
   if (lr_warmup_iters > 0) return static_cast<double>(lr_warmup_iters * global_batch_size);
-  if (lr_warmup_fraction > 0) return lr_warmup_fraction * static_cast<double>(decay_iters() * global_batch_size);
+  if (lr_warmup_fraction > 0) return lr_warmup_fraction * static_cast<double>(decay_samples());
   return 0;
 }
 
@@ -346,7 +346,7 @@ double TrainArgs::warmup_samples() const {
 // that the learning rate is Megatron's to the bit (also a warm-up that ends inside an iteration).
 double megatron_lr(const TrainArgs& a, int64_t it) {
   const double num_steps = static_cast<double>(it * a.global_batch_size);
-  const double warmup = a.warmup_samples(), decay = static_cast<double>(a.decay_iters() * a.global_batch_size);
+  const double warmup = a.warmup_samples(), decay = static_cast<double>(a.decay_samples());
   if (warmup > 0 && num_steps <= warmup) return 0.0 + (a.lr - 0.0) * num_steps / warmup;
   if (a.lr_decay_style == "constant") return a.lr;
   if (num_steps > decay) return a.min_lr;

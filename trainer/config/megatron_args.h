@@ -12,7 +12,8 @@
 // Derived values follow Megatron: train samples = --train-samples or
 // train_iters * global_batch_size; valid = (train_iters // eval_interval + 1)
 // * eval_iters * global_batch_size; test = eval_iters * global_batch_size;
-// warm-up iterations = --lr-warmup-iters or --lr-warmup-fraction * lr_decay_iters.
+// warm-up samples = --lr-warmup-iters * global_batch_size or --lr-warmup-fraction *
+// lr_decay_iters * global_batch_size (megatron-core's scheduler counts samples).
 #pragma once
 
 #include <cstdint>
@@ -112,9 +113,11 @@ struct TrainArgs {
   int64_t total_iters() const { return train_iters ? train_iters : train_samples / global_batch_size; }
   int64_t valid_samples() const { return (total_iters() / eval_interval + 1) * eval_iters * global_batch_size; }
   int64_t test_samples() const { return eval_iters * global_batch_size; }
-  // Megatron's lr_warmup_steps, in samples: --lr-warmup-fraction times the decay's samples
-  // (lr_decay_iters * global batch, a fraction of one iteration's samples where it falls so), else
-  // --lr-warmup-iters * global batch.
+  // megatron-core's scheduler counts samples. Its lr_decay_steps: --lr-decay-iters (else
+  // --train-iters) times the global batch, or with --train-samples that count itself.
+  int64_t decay_samples() const { return train_iters ? decay_iters() * global_batch_size : train_samples; }
+  // Its lr_warmup_steps: --lr-warmup-fraction times decay_samples() (it may end inside an
+  // iteration), else --lr-warmup-iters * global batch.
   double warmup_samples() const;
   int64_t decay_iters() const { return lr_decay_iters ? lr_decay_iters : total_iters(); }
   // Virtual pipeline chunks per rank (1 without --num-layers-per-virtual-pipeline-stage).
