@@ -433,27 +433,18 @@ MegatronPart part_of(Gpt2& model, const ProcessGrid& grid, const RunState& st) {
 // matches groups by); with --bf16/--fp16 Float16OptimizerWithFloat16Params' wraps it with the fp32
 // master weights per group (and, for fp16, the grad scaler, its growth count started afresh).
 std::shared_ptr<PyValue> megatron_optimizer_state(const PyValue& module, const PyValue& exp_avg, const PyValue& exp_avg_sq, const DeepSpeedRun& run) {
-  std::shared_ptr<PyValue> adam = adamw_part_state(module, exp_avg, exp_avg_sq, run);
-  for (const auto& [key, groups] : adam->entries)
-    if (key->as_str() == "param_groups")
-      for (const auto& g : groups->items) {
-        auto put = [&](const char* k, std::shared_ptr<PyValue> v) { g->entries.emplace_back(py_str(k), std::move(v)); };
-        put("is_expert_parallel", py_bool(false));
-        put("default_config", py_bool(true));
-        put("is_decoupled_lr", py_bool(false));
-        put("max_lr", py_float(run.max_lr));
-        put("min_lr", py_float(run.min_lr));
-      }
-  if (!run.fp16 && !run.bf16) return adam;
-  std::vector<std::pair<std::string, torch::Tensor>> params;
-  for (const auto& [k, t] : module.entries)
-    if (t->is(PyValue::Kind::Tensor)) params.emplace_back(k->as_str(), t->tensor);
-  auto masters = py_list();
-  for (const std::vector<size_t>& group : megatron_optimizer_groups(params)) {
-    auto list = py_list();
-    for (size_t i : group) list->items.push_back(py_tensor(params[i].second.to(torch::kFloat)));
-    masters->items.push_back(list);
+  const bool mixed = run.fp16 || run.bf16;
+  std::shared_ptr<PyValue> masters;
+  std::shared_ptr<PyValue> adam = adamw_part_state(module, exp_avg, exp_avg_sq, run, mixed ? &masters : nullptr);
+  for (const auto& g : adam->at("param_groups").items) {
+    auto put = [&](const char* k, std::shared_ptr<PyValue> v) { g->entries.emplace_back(py_str(k), std::move(v)); };
+    put("is_expert_parallel", py_bool(false));
+    put("default_config", py_bool(true));
+    put("is_decoupled_lr", py_bool(false));
+    put("max_lr", py_float(run.max_lr));
+    put("min_lr", py_float(run.min_lr));
   }
+  if (!mixed) return adam;
   auto out = py_dict();
   auto put = [&](const char* k, std::shared_ptr<PyValue> v) { out->entries.emplace_back(py_str(k), std::move(v)); };
   put("optimizer", adam);

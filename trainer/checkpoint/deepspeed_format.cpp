@@ -895,8 +895,18 @@ std::shared_ptr<PyValue> ds_config_of(const DeepSpeedRun& run) {
 
 ImportedModel read_deepspeed_model(const std::string& dir) { return DeepSpeedReader(dir).read(); }
 
-std::shared_ptr<PyValue> adamw_part_state(const PyValue& module, const PyValue& exp_avg, const PyValue& exp_avg_sq, const DeepSpeedRun& run) {
-  return per_parameter_adamw_state(groups_of(module, exp_avg, exp_avg_sq, run.weight_decay), module, run);
+std::shared_ptr<PyValue> adamw_part_state(const PyValue& module, const PyValue& exp_avg, const PyValue& exp_avg_sq, const DeepSpeedRun& run,
+                                          std::shared_ptr<PyValue>* masters) {
+  const std::vector<Group> groups = groups_of(module, exp_avg, exp_avg_sq, run.weight_decay);
+  if (masters) {
+    *masters = py_list();
+    for (const Group& g : groups) {
+      auto list = py_list();
+      for (const std::string& name : g.names) list->items.push_back(py_tensor(module.at(name).as_tensor().to(torch::kFloat)));
+      (*masters)->items.push_back(list);
+    }
+  }
+  return per_parameter_adamw_state(groups, module, run);
 }
 
 std::string deepspeed_tag(int64_t iteration) { return "global_step" + std::to_string(iteration); }

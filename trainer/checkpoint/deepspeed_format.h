@@ -78,8 +78,10 @@ struct DeepSpeedRun {
 // order; the moments alike): one entry per parameter in its shape, numbered through Megatron's
 // two groups, each group with AdamW's hyperparameters and the multipliers Megatron's scheduler
 // reads. What DeepSpeed's fp32 engine without ZeRO saves, and the core of megatron-core's
-// optimizer state (megatron_optimizer_state).
-std::shared_ptr<PyValue> adamw_part_state(const PyValue& module, const PyValue& exp_avg, const PyValue& exp_avg_sq, const DeepSpeedRun& run);
+// optimizer state (megatron_optimizer_state). `masters`, when given, receives the parameters'
+// fp32 values as one list per group, in the state's order.
+std::shared_ptr<PyValue> adamw_part_state(const PyValue& module, const PyValue& exp_avg, const PyValue& exp_avg_sq, const DeepSpeedRun& run,
+                                          std::shared_ptr<PyValue>* masters = nullptr);
 
 // The tag directory name of an iteration's checkpoint: global_stepN (Megatron-DeepSpeed's).
 std::string deepspeed_tag(int64_t iteration);

@@ -12,8 +12,8 @@
 // Derived values follow Megatron: train samples = --train-samples or
 // train_iters * global_batch_size; valid = (train_iters // eval_interval + 1)
 // * eval_iters * global_batch_size; test = eval_iters * global_batch_size;
-// warm-up samples = --lr-warmup-iters * global_batch_size or --lr-warmup-fraction *
-// lr_decay_iters * global_batch_size (megatron-core's scheduler counts samples).
+// the learning-rate schedule in samples, as megatron-core's scheduler counts it
+// (decay_samples, warmup_samples).
 #pragma once
 
 #include <cstdint>
