@@ -19,6 +19,8 @@
 #     exactly the same steps with the same scale (1 and 2 ranks may not: each
 #     rank divides its micro-batch losses by its own micro-batch count, 12 or
 #     6, as Megatron does, so near the overflow edge the 2-rank gradients overflow first);
+#  3b. fp16 resumed mid-way through its skipped steps (our format and Megatron's)
+#     goes on with the saved scale and the learning rate of the updates taken;
 #  4. without ZLM_CPU_MIXED_PRECISION, --bf16 on CPU warns and trains in fp32.
 #   mixed_precision_test.sh SOURCE_DIR BIN_DIR PYTHON
 set -euo pipefail
@@ -103,6 +105,30 @@ print(f"ok   fp16 {sys.argv[1]}: {sum(skipped)} of {len(rows)} steps skipped, lo
 PYEOF
 done
 $CMP --losses-only --rtol 1e-4 --atol 0 fp16_w2_z0 fp16_w2
+
+# 3b. fp16 resumed in the middle of its skipped steps, from our format, Megatron's and
+#     DeepSpeed's (its FP16_Optimizer without ZeRO, whose hysteresis we keep under a key of
+#     ours, and ZeRO-1's loss scaler): the scale and its hysteresis come back from the
+#     checkpoint, and the learning rate counts only the updates taken (Megatron's scheduler does
+#     not step on a skipped iteration), so iterations 9-18 log the uninterrupted run's learning
+#     rate, scale and skips, and end with its losses and weights.
+lr_scale() {  # per iteration: number, learning rate, loss scale, skipped count
+  grep '^ iteration ' "$1" |
+    sed 's/^ iteration *\([0-9]*\)\/.*learning rate: \([0-9.E+-]*\).*loss scale: \([0-9.E+-]*\).*skipped iterations: *\([0-9]*\).*/\1 \2 \3 \4/'
+}
+lr_scale fp16_w1.log | tail -n 10 > s_whole
+grep -q '^16 1.500E-03 262144.0 0$' s_whole || { echo "FAIL: the warm-up did not wait for the first update"; cat s_whole; exit 1; }
+for case in zerolm torch deepspeed "deepspeed --zero-stage 1"; do
+  set -- $case
+  f=$1 name=fp16_re_$1${2:+_z1}
+  shift
+  run $name "${fp16[@]}" --exit-interval 8 --ckpt-format $f "$@"
+  run $name "${fp16[@]}" --load $name "$@"
+  grep -q 'loss scale 33554432.0 from the checkpoint' $name.log
+  lr_scale $name.log > s_$name
+  cmp s_whole s_$name || { echo "FAIL: fp16 resumed from --ckpt-format $case"; paste s_whole s_$name; exit 1; }
+done
+$CMP --rtol 0 --atol 0 fp16_w1 fp16_re_zerolm fp16_re_torch fp16_re_deepspeed fp16_re_deepspeed_z1
 
 # 4. the default on CPU: fp32, with a warning.
 $BIN/pretrain_gpt "${common[@]}" --train-iters 8 --bf16 --save bf16_off > bf16_off.log 2>&1

@@ -25,7 +25,18 @@ does that the checkpoint's schedule is its own, its `opt_param_scheduler`:
 the learning rate is then pretrain_gpt's, the optimizer's fp32 weights,
 moments and every parameter's step exactly the run's (its zerolm_optimizer
 entry and model), and in fp32 megatron-core continues iterations N+1..N+K
-with pretrain_gpt's own losses within 1e-5.
+with pretrain_gpt's own losses within 1e-5. Megatron-LM's loader's steps
+with the file's rng_state (random.setstate, np.random.set_state,
+torch.set_rng_state) restore Python's and numpy's generators as the run's seed
+leaves them; the CUDA states (a GPU is needed to set them) carry
+megatron-core's seeds.
+
+fp16 skips: pretrain_gpt --fp16 in 16 bits (ZLM_CPU_MIXED_PRECISION=1) from a
+loss scale that overflows at first; replaying its log through megatron-core's
+DynamicGradScaler and OptimizerParamScheduler, stepped as Megatron-LM's loop
+steps them (the scheduler only after an update taken), gives its learning rate
+and scale after every iteration exactly, and the saved num_steps and grad
+scaler state.
 
   megatron_optimizer_resume.py BIN_DIR DATA_DIR WORK_DIR    (exit 77: a package is missing)
 """
@@ -34,7 +45,7 @@ import os
 import sys
 
 from reference_env import check, fresh_dir
-from deepspeed_run import GLOBAL, H, HEADS, L, LR, MICRO, SEQ, VOCAB, Run, megatron_args
+from deepspeed_run import GLOBAL, H, HEADS, L, LR, MICRO, SEED, SEQ, VOCAB, Run, megatron_args
 import numpy as np
 import torch
 import torch.multiprocessing as mp
@@ -118,6 +129,38 @@ def worker(rank, mode, dist, hidden, out):
     os._exit(0)
 
 
+def megatron_lm_restores_rng(sd):
+    """Megatron-LM's loader's steps with rng_state (without --no-load-rng), and what they restore:
+    Python's and numpy's generators as Megatron's seeding (--seed, stage 0) leaves them, torch's
+    CPU generator from the file; its CUDA calls need a GPU, so their states are decoded instead
+    (seed, Philox offset) and compared with megatron-core's seeds. Returns what differs."""
+    import random
+    state = sd["rng_state"][0]
+    random.setstate(state["random_rng_state"])
+    np.random.set_state(state["np_rng_state"])
+    torch.set_rng_state(state["torch_rng_state"])
+    restored = (random.getstate(), np.random.get_state(), torch.get_rng_state())
+    random.seed(SEED)
+    np.random.seed(SEED)
+    differ = []
+    if restored[0] != random.getstate():
+        differ.append("random")
+    seeded = np.random.get_state()
+    if restored[1][0] != seeded[0] or not np.array_equal(restored[1][1], seeded[1]) or restored[1][2:] != seeded[2:]:
+        differ.append("numpy")
+    if not torch.equal(restored[2], sd["rng_state"][0]["torch_rng_state"]):
+        differ.append("torch")
+
+    def cuda(t):
+        b = t.numpy().tobytes()
+        return (int.from_bytes(b[:8], "little"), int.from_bytes(b[8:], "little")) if len(b) == 16 else None
+    want = {"data-parallel-rng": SEED, "model-parallel-rng": SEED + 2718, "expert-parallel-rng": SEED + 1024}
+    got = {k: cuda(v) for k, v in state["rng_tracker_states"].items()}
+    if got != {k: (v, 0) for k, v in want.items()} or cuda(state["cuda_rng_state"]) != (SEED, 0):
+        differ.append(f"cuda {got}")
+    return differ
+
+
 def load_ours(rank, mode, ckpt_file, out):
     """megatron-core's optimizer of `mode` loading pretrain_gpt's checkpoint as Megatron-LM does."""
     megatron_cpu.init(out)
@@ -135,6 +178,7 @@ def load_ours(rank, mode, ckpt_file, out):
     core.load_state_dict(sd["model"], strict=True)
     opt.load_state_dict(sd["optimizer"])
     sched.load_state_dict(sd["opt_param_scheduler"])
+    rng_differ = megatron_lm_restores_rng(sd)
     lr = opt.param_groups[0]["lr"]  # the rate of iteration N + 1, before the steps below move it
     state = mco.fp32_state(model, opt, False)
     inner = opt.chained_optimizers[0].optimizer
@@ -146,7 +190,7 @@ def load_ours(rank, mode, ckpt_file, out):
     losses = {it: mco.step(model, opt, sched, micro_batches(sample, it), VOCAB, GLOBAL) for it in range(N + 1, N + K + 1)} if mode == "fp32" else {}
     with open(os.path.join(out, "result.json"), "w") as f:
         json.dump({"differ": differ, "steps": steps, "states": len(inner.state), "params": sum(torch.is_tensor(t) for t in sd["model"].values()),
-                   "our_step": ours["step"], "losses": losses, "scale": scale,
+                   "our_step": ours["step"], "losses": losses, "scale": scale, "rng_differ": rng_differ,
                    "lr": lr, "optimizer": type(opt.chained_optimizers[0]).__name__}, f)
     torch.distributed.destroy_process_group()
     sys.stdout.flush()
@@ -169,10 +213,12 @@ def megatron_loads_ours():
         with open(os.path.join(saved, "metrics.jsonl")) as f:
             our_lr = next(rec["lr"] for rec in map(json.loads, f) if rec.get("iteration") == N and "split" not in rec)
         ok &= check(not r["differ"] and r["steps"] == [N] == [r["our_step"]] and r["states"] == r["params"] and r["lr"] == our_lr
-                    and (mode != "fp16" or r["scale"] == 2.0 ** 32),
+                    and (mode != "fp16" or r["scale"] == 2.0 ** 32) and not r["rng_differ"],
                     f"{mode}: megatron-core's {r['optimizer']} and scheduler load pretrain_gpt's: learning rate {r['lr']} (pretrain_gpt's "
                     f"{our_lr}), fp32 weights and moments exactly the run's, step {r['steps']} in all {r['states']} parameters"
-                    + (f", loss scale {r['scale']:g}" if r["scale"] else "") + (f" (differ: {r['differ'][:3]})" if r["differ"] else ""))
+                    + (f", loss scale {r['scale']:g}" if r["scale"] else "") + (f" (differ: {r['differ'][:3]})" if r["differ"] else "")
+                    + "; Megatron-LM's rng_state steps restore " + (f"all but {r['rng_differ']}" if r["rng_differ"] else
+                                                                     "Python's and numpy's seeded generators, torch's and the CUDA seeds"))
         if mode == "fp32":
             ours = Run.losses(saved)
             theirs = {int(k): v for k, v in r["losses"].items()}
@@ -181,6 +227,66 @@ def megatron_loads_ours():
                                            f"losses within {diff:.1e} (relative)")
     return ok
 
+
+def replay_fp16(rank, saved, iters, warmup, out):
+    """Megatron-LM's training loop's bookkeeping over pretrain_gpt's fp16 iterations (from its
+    metrics.jsonl): megatron-core's DynamicGradScaler updated with each iteration's overflow, and
+    its OptimizerParamScheduler stepped by the global batch only after an update taken. Writes
+    the iterations whose logged learning rate or scale differ, and whether the checkpoint's
+    scheduler and grad scaler state are the replay's."""
+    import megatron_cpu_optimizer as mco
+    mco.patch()  # the grad scaler's tensors live on the CPU
+    from megatron.core.optimizer.grad_scaler import DynamicGradScaler
+    from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
+    with open(os.path.join(saved, "metrics.jsonl")) as f:
+        records = [r for r in map(json.loads, f) if "consumed_samples" in r and "split" not in r]
+    total = iters * GLOBAL
+    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.0)
+    sched = OptimizerParamScheduler(opt, init_lr=0.0, max_lr=LR, min_lr=LR / 10, lr_warmup_steps=warmup * GLOBAL, lr_decay_steps=total,
+                                    lr_decay_style="cosine", start_wd=0.01, end_wd=0.01, wd_incr_steps=total, wd_incr_style="constant")
+    scaler = DynamicGradScaler(initial_scale=2.0 ** 20, min_scale=1.0, growth_factor=2.0, backoff_factor=0.5, growth_interval=1000,
+                               hysteresis=2)
+    differ, updates = [], 0
+    for r in records:
+        skipped = r["skipped_iterations"] == 1
+        scaler.update(skipped)
+        if not skipped:
+            sched.step(increment=GLOBAL)
+            updates += 1
+        if r["lr"] != opt.param_groups[0]["lr"] or r["loss_scale"] != scaler.scale.item():
+            differ.append([r["iteration"], r["lr"], opt.param_groups[0]["lr"], r["loss_scale"], scaler.scale.item()])
+    sd = torch.load(os.path.join(saved, f"iter_{iters:07d}", "mp_rank_00", "model_optim_rng.pt"), weights_only=False)
+    saved_scaler, want = sd["optimizer"]["grad_scaler"], scaler.state_dict()
+    same_state = (sd["opt_param_scheduler"]["num_steps"] == sched.num_steps and saved_scaler["scale"].item() == want["scale"].item()
+                  and saved_scaler["growth_tracker"] == want["growth_tracker"] and saved_scaler["hysteresis_tracker"] == want["hysteresis_tracker"])
+    with open(os.path.join(out, "result.json"), "w") as f:
+        json.dump({"differ": differ, "updates": updates, "iterations": len(records), "same_state": same_state,
+                   "num_steps": sd["opt_param_scheduler"]["num_steps"], "hysteresis": saved_scaler["hysteresis_tracker"]}, f)
+
+
+def fp16_skips_hold_the_schedule():
+    """pretrain_gpt --fp16 training in 16 bits (ZLM_CPU_MIXED_PRECISION=1) from a loss scale that
+    overflows at first: its logged learning rate and scale follow megatron-core's scheduler and
+    grad scaler as Megatron-LM steps them (no scheduler step on a skipped iteration), and its
+    Megatron checkpoint keeps their state."""
+    saved, iters, warmup = os.path.join(WORK, "fp16_skips"), 10, 2
+    os.environ["ZLM_CPU_MIXED_PRECISION"] = "1"
+    try:
+        RUN.pretrain(saved, "--fp16", "--initial-loss-scale", str(2 ** 20), "--train-iters", str(iters), "--ckpt-format", "torch",
+                     "--save-interval", str(iters), schedule=("--lr-decay-style", "cosine", "--lr-warmup-iters", str(warmup), "--min-lr", str(LR / 10)))
+    finally:
+        del os.environ["ZLM_CPU_MIXED_PRECISION"]
+    out = fresh_dir(os.path.join(WORK, "fp16_replay"))
+    mp.spawn(replay_fp16, args=(saved, iters, warmup, out), nprocs=1, join=True)
+    with open(os.path.join(out, "result.json")) as f:
+        r = json.load(f)
+    skipped = r["iterations"] - r["updates"]
+    return check(not r["differ"] and skipped > 0 and r["updates"] > warmup and r["same_state"],
+                 f"fp16: {skipped} of {r['iterations']} iterations skipped on overflow; pretrain_gpt's learning rate and loss scale after every "
+                 f"iteration are megatron-core's scheduler and grad scaler stepped as Megatron-LM steps them"
+                 + (f" (differ: {r['differ'][:3]})" if r["differ"] else "")
+                 + f"; the checkpoint's num_steps {r['num_steps']} and grad scaler (hysteresis tracker {r['hysteresis']}) are theirs"
+                 + ("" if r["same_state"] else ": NOT"))
 
 
 def main():
@@ -206,6 +312,7 @@ def main():
                     f"{name} ({r['optimizer']}, step {r['step']}): pretrain_gpt --load continues iterations {N + 1}-{N + K} with the "
                     f"losses of megatron-core's state continued in fp32 within {diff:.1e} (relative)")
     ok &= megatron_loads_ours()
+    ok &= fp16_skips_hold_the_schedule()
     sys.exit(0 if ok else 1)
 
 

@@ -89,25 +89,26 @@ TEST(MegatronArgs, ErrorsNameTheFlag) {
 
 TEST(MegatronArgs, LearningRateSchedule) {
   TrainArgs a = config(tutorial());
+  const auto lr_after = [&](int64_t iterations) { return megatron_lr(a, iterations * a.global_batch_size); };
   EXPECT_DOUBLE_EQ(megatron_lr(a, 0), 0.0);
-  EXPECT_DOUBLE_EQ(megatron_lr(a, 1600), 0.00015 * 0.5);
-  EXPECT_DOUBLE_EQ(megatron_lr(a, 3200), 0.00015);
-  double mid = megatron_lr(a, 3200 + (320000 - 3200) / 2);
+  EXPECT_DOUBLE_EQ(lr_after(1600), 0.00015 * 0.5);
+  EXPECT_DOUBLE_EQ(lr_after(3200), 0.00015);
+  double mid = lr_after(3200 + (320000 - 3200) / 2);
   EXPECT_NEAR(mid, 1e-5 + 0.5 * (0.00015 - 1e-5), 1e-12);
-  EXPECT_DOUBLE_EQ(megatron_lr(a, 400000), 1e-5);
+  EXPECT_DOUBLE_EQ(lr_after(400000), 1e-5);
   // A warm-up that ends inside an iteration, as megatron-core counts it (in samples): 1% of 150
   // iterations of 4 samples is 6 samples, an iteration and a half.
   a.global_batch_size = 4;
   a.lr_decay_iters = 150;
   EXPECT_DOUBLE_EQ(a.warmup_samples(), 6.0);
-  EXPECT_DOUBLE_EQ(megatron_lr(a, 1), 0.00015 * 4 / 6);
-  EXPECT_DOUBLE_EQ(megatron_lr(a, 2), 1e-5 + 0.5 * (std::cos(M_PI * 2.0 / 594.0) + 1.0) * (0.00015 - 1e-5));
+  EXPECT_DOUBLE_EQ(lr_after(1), 0.00015 * 4 / 6);
+  EXPECT_DOUBLE_EQ(lr_after(2), 1e-5 + 0.5 * (std::cos(M_PI * 2.0 / 594.0) + 1.0) * (0.00015 - 1e-5));
   // --train-samples: the decay spans that many samples, not whole batches of them (1001 here).
   a.train_iters = 0, a.train_samples = 1001, a.lr_decay_iters = 0;
   EXPECT_EQ(a.decay_samples(), 1001);
   EXPECT_DOUBLE_EQ(a.warmup_samples(), 0.01 * 1001);
-  EXPECT_GT(megatron_lr(a, 250), 1e-5);  // 1000 samples: still decaying
-  EXPECT_DOUBLE_EQ(megatron_lr(a, 251), 1e-5);
+  EXPECT_GT(lr_after(250), 1e-5);  // 1000 samples: still decaying
+  EXPECT_DOUBLE_EQ(lr_after(251), 1e-5);
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <array>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -156,6 +157,10 @@ class CheckpointReader {
       step = read_tensor(opt, "step").item<int64_t>();
       consumed_train = read_tensor(ar, "consumed_train_samples").item<int64_t>();
       consumed_valid = read_tensor(ar, "consumed_valid_samples").item<int64_t>();
+      torch::Tensor sched;  // absent before the schedule skipped fp16's overflows: every sample counted
+      scheduler_samples = ar.try_read("scheduler_samples", sched) ? sched.item<int64_t>() : consumed_train;
+      if (torch::Tensor s; ar.try_read("loss_scale", s) && s.numel() == 3)
+        loss_scale = {s[0].item<double>(), s[1].item<int64_t>(), s[2].item<int64_t>()};
       torch::Tensor w;
       if (ar.try_read("world_size", w)) saved_world = w.item<int64_t>();
       files_[{0, 0}] = read_shard(ar, first.string(), 0);  // the same archive: not read again
@@ -228,7 +233,8 @@ class CheckpointReader {
 
   Gpt2Config config;
   Layout layout;
-  int64_t iteration = 0, step = 0, consumed_train = 0, consumed_valid = 0, saved_world = 0;
+  int64_t iteration = 0, step = 0, consumed_train = 0, consumed_valid = 0, scheduler_samples = 0, saved_world = 0;
+  std::array<double, 3> loss_scale{0, 0, 0};  // fp16's scale, growth and hysteresis trackers; scale 0: not saved
 
  private:
   int64_t stage_of(const std::string& name) const {
@@ -313,7 +319,33 @@ void check_same_model(const std::string& where, const std::string& what, const G
 // deepspeed_format.h): its weights, cut for this rank, its iteration and
 // consumed samples, and Adam's moments and step where it has them (else they
 // start at zero).
-bool load_imported_checkpoint(const TrainArgs& a, ImportedModel m, Gpt2& model, ZeroEngine& engine, ProcessGrid& grid, RunState& st) {
+// The dropout streams of this rank's part of an imported checkpoint saved in this layout, where
+// its rng_state has them: torch's CPU generator, and the model-parallel tracker (a GPU run's
+// CUDA states; on CPUs, the CPU state a zerolm run keeps beside them). Whether every stream of
+// this run was restored (on every rank: the layouts must agree).
+bool restore_streams(const ImportedModel& m, ProcessGrid& grid, RngTracker& rng) {
+  if (m.tp != grid.tp_size() || m.pp != grid.pp_size()) return false;
+  const auto it = m.rng.find({grid.tp_rank(), grid.pp_rank()});
+  if (it == m.rng.end() || !rng.state().defined()) return false;
+  const PartRng& r = it->second;
+  const bool gpu = !rng.device().is_cpu();
+  const torch::Tensor& tracker = gpu ? r.tracker : r.cpu_tracker;
+  if (!tracker.defined() || (gpu && !r.device.defined())) return false;
+  try {
+    swap_rng_state(torch::Device(torch::kCPU), r.cpu);
+    if (gpu) swap_rng_state(rng.device(), r.device);
+    // A state the generator refuses is found here, not at the first dropout.
+    torch::Tensor before = swap_rng_state(rng.device(), tracker);
+    swap_rng_state(rng.device(), before);
+  } catch (const c10::Error& e) {
+    throw Error(ErrorKind::Format, "%s: its rng_state does not fit this run's generators: %s", r.file.c_str(), e.what_without_backtrace());
+  }
+  rng.set_state(tracker);
+  return true;
+}
+
+bool load_imported_checkpoint(const TrainArgs& a, ImportedModel m, Gpt2& model, ZeroEngine& engine, ProcessGrid& grid, RngTracker& rng,
+                              RunState& st) {
   const Gpt2Config& c = model->config();
   const Gpt2Config& s = m.config;
   Gpt2Config saved = s;
@@ -345,11 +377,17 @@ bool load_imported_checkpoint(const TrainArgs& a, ImportedModel m, Gpt2& model, 
   engine.load_state(full);
   st.iteration = m.iteration;
   st.consumed_train = m.consumed_train;
+  st.scheduler_samples = m.scheduler_samples >= 0 ? m.scheduler_samples : m.consumed_train;
+  st.loss_scale = m.loss_scale;
+  st.loss_scale_growth = m.loss_scale_growth;
+  st.loss_scale_hysteresis = std::min<int64_t>(m.loss_scale_hysteresis, a.hysteresis);
   st.consumed_valid = m.consumed_valid;
+  const bool streams = restore_streams(m, grid, rng);
   if (grid.world().rank() == 0)
     ZLM_LOG_WRN("WARNING: --load %s is a %s checkpoint (saved with TP %ld x PP %ld): its weights, %siteration %ld and %ld consumed "
-                "samples are read; %sthe dropout streams start afresh", a.load.c_str(), m.format.c_str(), (long)m.tp, (long)m.pp,
-                moments ? "Adam's moments and step, " : "", (long)m.iteration, (long)m.consumed_train, moments ? "" : "Adam's moments and ");
+                "samples are read; %s%s", a.load.c_str(), m.format.c_str(), (long)m.tp, (long)m.pp,
+                moments ? "Adam's moments and step, " : "", (long)m.iteration, (long)m.consumed_train, moments ? "" : "Adam's moments and ",
+                streams ? "the dropout streams continue from its rng_state" : "the dropout streams start afresh");
   return true;
 }
 
@@ -404,6 +442,10 @@ torch::serialize::OutputArchive part_archive(Gpt2& model, const ZeroEngine::Full
   archive.write("partition", part_ar);
   archive.write("iteration", torch::tensor(st.iteration));
   archive.write("consumed_train_samples", torch::tensor(st.consumed_train));
+  archive.write("scheduler_samples", torch::tensor(st.scheduler_samples));
+  if (st.loss_scale > 0)
+    archive.write("loss_scale", torch::tensor({st.loss_scale, static_cast<double>(st.loss_scale_growth), static_cast<double>(st.loss_scale_hysteresis)},
+                                              torch::kDouble));
   archive.write("consumed_valid_samples", torch::tensor(st.consumed_valid));
   archive.write("checkpoint_version", torch::tensor(3.0));
   archive.write("world_size", torch::tensor(static_cast<int64_t>(world)));
@@ -431,7 +473,7 @@ MegatronPart part_of(Gpt2& model, const ProcessGrid& grid, const RunState& st) {
 // runs torch's AdamW (no Transformer Engine or apex): FP32Optimizer's state is AdamW's state dict
 // (one entry per parameter, Megatron's two groups with megatron-core's keys, which its loader
 // matches groups by); with --bf16/--fp16 Float16OptimizerWithFloat16Params' wraps it with the fp32
-// master weights per group (and, for fp16, the grad scaler, its growth count started afresh).
+// master weights per group (and, for fp16, the grad scaler: its scale and trackers).
 std::shared_ptr<PyValue> megatron_optimizer_state(const PyValue& module, const PyValue& exp_avg, const PyValue& exp_avg_sq, const DeepSpeedRun& run) {
   const bool mixed = run.fp16 || run.bf16;
   std::shared_ptr<PyValue> masters;
@@ -451,8 +493,8 @@ std::shared_ptr<PyValue> megatron_optimizer_state(const PyValue& module, const P
   if (run.fp16) {
     auto scaler = py_dict();
     scaler->entries.emplace_back(py_str("scale"), py_tensor(torch::tensor({static_cast<float>(run.loss_scale)})));
-    scaler->entries.emplace_back(py_str("growth_tracker"), py_int(0));
-    scaler->entries.emplace_back(py_str("hysteresis_tracker"), py_int(run.hysteresis));
+    scaler->entries.emplace_back(py_str("growth_tracker"), py_int(run.loss_scale_growth));
+    scaler->entries.emplace_back(py_str("hysteresis_tracker"), py_int(run.hysteresis_left.value_or(run.hysteresis)));
     put("grad_scaler", scaler);
   }
   put("fp32_from_fp16_params", masters);
@@ -462,11 +504,12 @@ std::shared_ptr<PyValue> megatron_optimizer_state(const PyValue& module, const P
 // This rank's part as Megatron-LM's model_optim_rng.pt (--ckpt-format torch): `model`
 // under megatron-core's names, `args`, `iteration`, `checkpoint_version`, Megatron's own
 // `optimizer` and `opt_param_scheduler` (megatron_optimizer_state; the scheduler's state counted
-// in samples), so that Megatron-LM's loader resumes it with --no-load-rng (there is no
-// `rng_state`). Adam's moments and step also go under a key of ours, "zerolm_optimizer", with
-// the model's names (Megatron ignores it): a zerolm run resumes from those.
-void write_megatron_part(Gpt2& model, const ZeroEngine::FullState& full, const ProcessGrid& grid, const RunState& st, DeepSpeedRun run,
-                         const fs::path& file) {
+// in samples) and `rng_state` (megatron_rng_state: this rank's streams), so that Megatron-LM's
+// loader resumes it without --no-load-* flags. Adam's moments and step also go under a key of
+// ours, "zerolm_optimizer", with the model's names, and a CPU run's model-parallel stream under
+// "zerolm_rng_tracker" (Megatron ignores both): a zerolm run resumes from those.
+void write_megatron_part(Gpt2& model, const ZeroEngine::FullState& full, const ProcessGrid& grid, const RngTracker& rng, const RunState& st,
+                         DeepSpeedRun run, const fs::path& file) {
   const GlobalNamed named = by_global_name(model, full);
   const MegatronPart part = part_of(model, grid, st);
   const std::shared_ptr<PyValue> module = megatron_part_state(named.params, part), m = megatron_part_state(named.exp_avg, part),
@@ -484,6 +527,18 @@ void write_megatron_part(Gpt2& model, const ZeroEngine::FullState& full, const P
   top.entries.emplace_back(py_str("model"), module);
   top.entries.emplace_back(py_str("optimizer"), megatron_optimizer_state(*module, *m, *v, run));
   if (run.lr_scheduler) top.entries.emplace_back(py_str("opt_param_scheduler"), run.lr_scheduler);
+  if (rng.state().defined()) {  // a run's streams (a converted model has none)
+    PartRng streams;
+    streams.cpu = at::globalContext().defaultGenerator(torch::kCPU).get_state();
+    if (rng.device().is_cpu()) {
+      streams.cpu_tracker = rng.state();
+    } else {
+      streams.device = swap_rng_state(rng.device(), torch::Tensor());
+      streams.tracker = rng.state();
+    }
+    top.entries.emplace_back(py_str("rng_state"), megatron_rng_state(streams, run.seed + 100ULL * static_cast<uint64_t>(grid.pp_rank()), grid.tp_rank()));
+    if (streams.cpu_tracker.defined()) top.entries.emplace_back(py_str("zerolm_rng_tracker"), py_tensor(streams.cpu_tracker));
+  }
   top.entries.emplace_back(py_str("zerolm_optimizer"), opt);
   save_torch_file(file.string(), top);
 }
@@ -567,7 +622,7 @@ DeepSpeedRun deepspeed_run(const TrainArgs& a, const RunState& st, int zero_stag
   r.stage = zero_stage;
   r.micro_batch = a.micro_batch_size;
   r.global_batch = a.global_batch_size;
-  r.lr = megatron_lr(a, st.iteration);
+  r.lr = megatron_lr(a, st.scheduler_samples);
   r.max_lr = a.lr;
   r.min_lr = a.min_lr;
   r.weight_decay = a.weight_decay;
@@ -579,13 +634,14 @@ DeepSpeedRun deepspeed_run(const TrainArgs& a, const RunState& st, int zero_stag
   r.min_loss_scale = a.min_loss_scale;
   r.loss_scale_window = a.loss_scale_window;
   r.hysteresis = a.hysteresis;
+  r.seed = static_cast<uint64_t>(a.seed);
   // megatron-core's OptimizerParamScheduler.state_dict(): its steps count samples.
   const int64_t gbs = a.global_batch_size;
   auto s = py_dict();
   auto put = [&](const char* k, std::shared_ptr<PyValue> v) { s->entries.emplace_back(py_str(k), std::move(v)); };
   put("max_lr", py_float(a.lr));
   put("lr_warmup_steps", a.lr_warmup_iters > 0 || a.lr_warmup_fraction <= 0 ? py_int(a.lr_warmup_iters * gbs) : py_float(a.warmup_samples()));
-  put("num_steps", py_int(st.consumed_train));
+  put("num_steps", py_int(st.scheduler_samples));
   put("lr_decay_style", py_str(a.lr_decay_style));
   put("lr_decay_steps", py_int(a.decay_samples()));
   put("min_lr", py_float(a.min_lr));
@@ -630,7 +686,7 @@ void save_checkpoint(const std::string& dir, Gpt2& model, ZeroEngine& engine, Pr
       write_deepspeed_files(model, full, grid, st, *ds, tmp_dir);
     } else if (format == CheckpointFormat::kMegatron) {
       fs::create_directories(file.parent_path());
-      write_megatron_part(model, full, grid, st, *ds, file);
+      write_megatron_part(model, full, grid, rng, st, *ds, file);
     } else {
       fs::create_directories(file.parent_path());
       torch::serialize::OutputArchive archive = part_archive(model, full, grid.tp_rank(), grid.pp_rank(), lay, rng, st, world.world());
@@ -675,7 +731,7 @@ void save_model_checkpoint(const std::string& dir, Gpt2& model) {
 
 bool load_checkpoint(const TrainArgs& a, Gpt2& model, ZeroEngine& engine, ProcessGrid& grid, RngTracker& rng, RunState& st) {
   // DeepSpeed's first: Megatron-DeepSpeed writes Megatron's tracker beside DeepSpeed's `latest`.
-  if (is_deepspeed_checkpoint(a.load)) return load_imported_checkpoint(a, read_deepspeed_model(a.load), model, engine, grid, st);
+  if (is_deepspeed_checkpoint(a.load)) return load_imported_checkpoint(a, read_deepspeed_model(a.load), model, engine, grid, rng, st);
   fs::path tracker = fs::path(a.load) / "latest_checkpointed_iteration.txt";
   if (!fs::exists(tracker)) {
     // Megatron starts from scratch here, which the tutorial's "--save X --load X"
@@ -688,7 +744,7 @@ bool load_checkpoint(const TrainArgs& a, Gpt2& model, ZeroEngine& engine, Proces
                 tracker.string().c_str());
     return false;
   }
-  if (is_megatron_checkpoint(a.load)) return load_imported_checkpoint(a, read_megatron_model(a.load), model, engine, grid, st);
+  if (is_megatron_checkpoint(a.load)) return load_imported_checkpoint(a, read_megatron_model(a.load), model, engine, grid, rng, st);
   CheckpointReader r(a.load);
   const Gpt2Config& c = model->config();
   const Gpt2Config& s = r.config;
@@ -709,6 +765,10 @@ bool load_checkpoint(const TrainArgs& a, Gpt2& model, ZeroEngine& engine, Proces
   engine.load_state(full);
   st.iteration = r.iteration;
   st.consumed_train = r.consumed_train;
+  st.scheduler_samples = r.scheduler_samples;
+  st.loss_scale = r.loss_scale[0];
+  st.loss_scale_growth = static_cast<int64_t>(r.loss_scale[1]);
+  st.loss_scale_hysteresis = static_cast<int64_t>(r.loss_scale[2]);
   st.consumed_valid = r.consumed_valid;
   // The RNG streams continue where they were when the layout is the same.
   const Layout now{grid.tp_size(), grid.pp_size(), static_cast<int64_t>(model->num_chunks())};

@@ -36,6 +36,12 @@ namespace zlm::trainer {
 
 struct RunState {
   int64_t iteration = 0, consumed_train = 0, consumed_valid = 0;
+  // The samples of the updates taken, which the learning-rate schedule counts (Megatron's
+  // OptimizerParamScheduler.num_steps): consumed_train less the iterations fp16 skipped.
+  int64_t scheduler_samples = 0;
+  // fp16's dynamic loss scale and its trackers (LossScaler::State); scale 0: none (not fp16).
+  double loss_scale = 0;
+  int64_t loss_scale_growth = 0, loss_scale_hysteresis = 0;
 };
 
 // What --ckpt-format names: ours; Megatron-LM's model_optim_rng.pt per part in the

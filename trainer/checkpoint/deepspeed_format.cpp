@@ -1,7 +1,9 @@
 #include "trainer/checkpoint/deepspeed_format.h"
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
+#include <limits>
 #include <numeric>
 #include <optional>
 #include <regex>
@@ -353,6 +355,26 @@ ModuleOptimizer module_optimizer(const PyValue& module, const PyValue* opt) {
   return out;
 }
 
+// fp16's dynamic loss scale where a DeepSpeed optimizer state keeps it (ZeRO's and FP16_Optimizer's
+// `loss_scaler`, a DynamicLossScaler whose attributes are read, or FP16_Optimizer's own cur_scale),
+// into m as Megatron's grad scaler counts it. Nothing for a static scale (bf16's, --loss-scale).
+void read_loss_scale(const PyValue& osd, ImportedModel& m) {
+  if (const PyValue* d = osd.find("dynamic_loss_scale"); !d || !d->is(PyValue::Kind::Bool) || !d->b) return;
+  const PyValue* holder = osd.find("loss_scaler");
+  if (!holder || !holder->is(PyValue::Kind::Object)) holder = &osd;
+  auto number = [&](const char* key) -> std::optional<double> {
+    const PyValue* v = holder->find(key);
+    if (!v || !(v->is(PyValue::Kind::Float) || v->is(PyValue::Kind::Int))) return std::nullopt;
+    return v->as_float();
+  };
+  const std::optional<double> scale = number("cur_scale");
+  if (!scale || !(*scale > 0) || !std::isfinite(*scale)) return;
+  m.loss_scale = *scale;
+  const auto it = number("cur_iter"), last = number("last_overflow_iter"), hysteresis = number("cur_hysteresis");
+  m.loss_scale_growth = it && last ? std::max<int64_t>(0, static_cast<int64_t>(*it - *last) - 1) : 0;
+  m.loss_scale_hysteresis = hysteresis ? static_cast<int64_t>(*hysteresis) : std::numeric_limits<int64_t>::max();  // unsaid: all of it
+}
+
 // Reads one DeepSpeed checkpoint directory into an ImportedModel, tensor-parallel
 // rank by rank: from the ZeRO partitions where there are any, else from the
 // pipeline's layer files or the module.
@@ -409,6 +431,7 @@ class DeepSpeedReader {
     read_megatron_args(*args, first.string(), m_);
     if (!args->find("consumed_train_samples"))
       if (const PyValue* s = head.find("global_samples")) m_.consumed_train = s->as_int();
+    m_.scheduler_samples = scheduler_samples_of(head, m_);
     return head;
   }
 
@@ -432,6 +455,7 @@ class DeepSpeedReader {
   void from_module(int64_t tp, const PyValue& states, const fs::path& mfile) {
     const PyValue& module = states.at("module");
     const ModuleOptimizer o = module_optimizer(module, states.find("optimizer"));
+    if (const PyValue* opt = states.find("optimizer"); opt && opt->is(PyValue::Kind::Dict)) read_loss_scale(*opt, m_);
     if (!o.why.empty())
       ZLM_LOG_WRN("%s: the optimizer's fp32 master weights are not read (%s); the module's 16-bit weights are", mfile.c_str(), o.why.c_str());
     if (o.moments.empty()) moments_ = false;
@@ -508,6 +532,7 @@ class DeepSpeedReader {
     const std::vector<Partition> ranks = read_partitions(files, groups.size(), &layout, &rank0);
     const PyValue* paddings = layout == Partitioning::kFlatGroups ? rank0.at("optimizer_state_dict").find("param_alignment_paddings") : nullptr;
     if (paddings && !paddings->is(PyValue::Kind::List)) paddings = nullptr;
+    read_loss_scale(rank0.at("optimizer_state_dict"), m_);
     m_.adam_step = ranks[0].step;
     std::map<std::string, torch::Tensor> found[3];
     for (int kind = 0; kind < (moments_ ? 3 : 1); ++kind) {
@@ -688,12 +713,15 @@ std::shared_ptr<PyValue> loss_scaler(const DeepSpeedRun& run) {
     return py_object("deepspeed.runtime.fp16.loss_scaler.LossScaler", f);
   }
   put("cur_iter", py_int(run.iteration));
-  put("last_overflow_iter", py_int(run.iteration - 1));  // the scale's window starts at the next step
+  // DeepSpeed grows the scale when (cur_iter - last_overflow_iter) reaches its window at an
+  // update: after the clean steps counted so far, as Megatron's growth tracker does.
+  put("last_overflow_iter", py_int(run.iteration - 1 - run.loss_scale_growth));
   put("scale_factor", py_float(2.0));
   put("scale_window", py_int(run.loss_scale_window));
   put("min_scale", py_float(run.min_loss_scale));
   put("delayed_shift", py_int(run.hysteresis));
-  put("cur_hysteresis", py_int(run.hysteresis));
+  // DeepSpeed's hysteresis stops at 1 (the next overflow scales down), where Megatron's tracker goes below.
+  put("cur_hysteresis", py_int(std::max<int64_t>(1, run.hysteresis_left.value_or(run.hysteresis))));
   put("consecutive_hysteresis", py_bool(false));
   put("raise_error_at_min_scale", py_bool(true));
   put("dynamic", py_bool(true));
@@ -728,6 +756,9 @@ std::shared_ptr<PyValue> fused_fp16_optimizer_state(const std::vector<Group>& gr
       put("last_overflow_iter", py_int(run.iteration - 1));  // the scale's window starts at the next step
       put("scale_factor", py_float(2.0));
       put("scale_window", py_int(run.loss_scale_window));
+      // Not DeepSpeed's (FP16_Optimizer keeps no hysteresis; its loader ignores the key): ours, so
+      // that pretrain_gpt resumes its own files with the scale's hysteresis where it was.
+      put("cur_hysteresis", py_int(std::max<int64_t>(1, run.hysteresis_left.value_or(run.hysteresis))));
     }
   }
   RankPieces flats;  // one flat parameter per group: the state's entry g is group g's

@@ -43,6 +43,7 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "trainer/checkpoint/megatron_format.h"
@@ -71,7 +72,12 @@ struct DeepSpeedRun {
   bool dynamic_loss_scale = false;  // fp16's DynamicLossScaler (its window starts afresh), else a static LossScaler
   double loss_scale = 1.0, min_loss_scale = 1.0;
   int64_t loss_scale_window = 1000, hysteresis = 2;
+  // The dynamic scale's trackers (Megatron's grad_scaler): clean steps, and the overflows the
+  // hysteresis still allows (below 0 after a run of them; nullopt: all of it).
+  int64_t loss_scale_growth = 0;
+  std::optional<int64_t> hysteresis_left;
   std::shared_ptr<PyValue> lr_scheduler;
+  uint64_t seed = 0;  // --seed: Megatron's rng_state is seeded from it
 };
 
 // torch.optim.AdamW's state_dict() over one part's parameters (`module`, megatron_part_state's

@@ -2,10 +2,14 @@
 
 #include <caffe2/serialize/inline_container.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <optional>
+#include <vector>
 
 #include "common/core/error.h"
 #include "common/core/files.h"
@@ -388,6 +392,29 @@ std::vector<std::vector<size_t>> megatron_optimizer_groups(const std::vector<std
   return g;
 }
 
+namespace {
+
+// Megatron's dynamic grad scaler in a part's `optimizer` (Float16OptimizerWithFloat16Params'
+// grad_scaler: the scale as a one-element tensor, growth_tracker, hysteresis_tracker) into m;
+// nothing when absent (fp32, bf16, a constant scale: its state is empty).
+void read_grad_scaler(const PyValue& top, ImportedModel& m) {
+  const PyValue* opt = top.find("optimizer");
+  const PyValue* g = opt && opt->is(PyValue::Kind::Dict) ? opt->find("grad_scaler") : nullptr;
+  const PyValue* scale = g && g->is(PyValue::Kind::Dict) ? g->find("scale") : nullptr;
+  if (!scale) return;
+  double s = 0;
+  if (scale->is(PyValue::Kind::Tensor) && scale->as_tensor().numel() == 1) s = scale->as_tensor().item<double>();
+  else if (scale->is(PyValue::Kind::Float) || scale->is(PyValue::Kind::Int)) s = scale->as_float();
+  if (!(s > 0) || !std::isfinite(s)) return;
+  m.loss_scale = s;
+  const PyValue* growth = g->find("growth_tracker");
+  const PyValue* hysteresis = g->find("hysteresis_tracker");
+  m.loss_scale_growth = growth && growth->is(PyValue::Kind::Int) ? growth->as_int() : 0;
+  m.loss_scale_hysteresis = hysteresis && hysteresis->is(PyValue::Kind::Int) ? hysteresis->as_int() : 0;
+}
+
+}  // namespace
+
 ImportedModel read_megatron_model(const std::string& dir) {
   const auto t = tracked(dir);
   if (!t) throw Error(ErrorKind::Usage, "%s: no Megatron checkpoint (no readable latest_checkpointed_iteration.txt)", dir.c_str());
@@ -399,6 +426,8 @@ ImportedModel read_megatron_model(const std::string& dir) {
   PyValue head = load_torch_file(first.string());
   const std::string where = first.string();
   read_megatron_args(head.at("args"), where, m);
+  m.scheduler_samples = scheduler_samples_of(head, m);
+  read_grad_scaler(head, m);
   if (const PyValue* v = head.find("checkpoint_version"); v && v->as_float() < 2.0)
     throw Error(ErrorKind::Usage, "%s: checkpoint_version %g stores the fused QKV in an older order; convert it with Megatron's tools first",
                 where.c_str(), v->as_float());
@@ -429,6 +458,7 @@ ImportedModel read_megatron_model(const std::string& dir) {
       };
       if (ours) m.adam_step = ours->at("step").as_int();
       else if (!theirs.exp_avg.empty()) m.adam_step = theirs.step;
+      if (PartRng rng = read_megatron_rng(part, file.string()); rng.cpu.defined()) m.rng[{tp, pp}] = std::move(rng);
       for (const auto& [name, value] : flat) {
         const auto master = theirs.master.find(name);
         const torch::Tensor weight = master != theirs.master.end() ? master->second : value->is(PyValue::Kind::Tensor) ? value->as_tensor() : torch::Tensor();
@@ -531,6 +561,112 @@ std::shared_ptr<PyValue> megatron_args(const MegatronPart& part) {
   arg_of("consumed_train_samples", py_int(part.consumed_train));
   arg_of("consumed_valid_samples", py_int(part.consumed_valid));
   return py_namespace(args);
+}
+
+namespace {
+
+// MT19937 as Python's `random` and numpy's legacy RandomState seed it (Matsumoto and Nishimura's
+// init_genrand and init_by_array).
+std::vector<uint32_t> mt_init_genrand(uint32_t s) {
+  std::vector<uint32_t> mt(624);
+  mt[0] = s;
+  for (uint32_t i = 1; i < 624; ++i) mt[i] = 1812433253u * (mt[i - 1] ^ (mt[i - 1] >> 30)) + i;
+  return mt;
+}
+
+std::vector<uint32_t> mt_init_by_array(const std::vector<uint32_t>& key) {
+  std::vector<uint32_t> mt = mt_init_genrand(19650218u);
+  size_t i = 1, j = 0;
+  for (size_t k = std::max<size_t>(624, key.size()); k > 0; --k) {
+    mt[i] = (mt[i] ^ ((mt[i - 1] ^ (mt[i - 1] >> 30)) * 1664525u)) + key[j] + static_cast<uint32_t>(j);
+    if (++i >= 624) mt[0] = mt[623], i = 1;
+    if (++j >= key.size()) j = 0;
+  }
+  for (size_t k = 623; k > 0; --k) {
+    mt[i] = (mt[i] ^ ((mt[i - 1] ^ (mt[i - 1] >> 30)) * 1566083941u)) - static_cast<uint32_t>(i);
+    if (++i >= 624) mt[0] = mt[623], i = 1;
+  }
+  mt[0] = 0x80000000u;
+  return mt;
+}
+
+// random.seed(n) for an int n >= 0: its 32-bit words, least significant first (0 gives [0]).
+std::vector<uint32_t> python_seed_key(uint64_t n) {
+  std::vector<uint32_t> key{static_cast<uint32_t>(n)};
+  if (n >> 32) key.push_back(static_cast<uint32_t>(n >> 32));
+  return key;
+}
+
+std::shared_ptr<PyValue> int_tuple(const std::vector<uint32_t>& words) {
+  std::vector<std::shared_ptr<PyValue>> items;
+  for (uint32_t w : words) items.push_back(py_int(w));
+  return py_tuple(std::move(items));
+}
+
+// A CUDA generator's state as torch's get_state() gives it: the seed (u64) and the Philox offset (i64).
+torch::Tensor cuda_seed_state(uint64_t seed) {
+  torch::Tensor t = torch::zeros({16}, torch::kUInt8);
+  std::memcpy(t.data_ptr<uint8_t>(), &seed, sizeof seed);
+  return t;
+}
+
+torch::Tensor byte_state(const PyValue* v, const char* key, const std::string& file) {
+  if (!v || v->is(PyValue::Kind::None)) return {};
+  if (!v->is(PyValue::Kind::Tensor) || v->as_tensor().scalar_type() != torch::kUInt8)
+    throw Error(ErrorKind::Format, "%s: rng_state's %s is a %s, not a byte tensor", file.c_str(), key, v->describe().c_str());
+  return v->as_tensor();
+}
+
+}  // namespace
+
+int64_t scheduler_samples_of(const PyValue& top, const ImportedModel& m) {
+  for (const char* key : {"opt_param_scheduler", "lr_scheduler"}) {
+    const PyValue* s = top.find(key);
+    const PyValue* n = s && s->is(PyValue::Kind::Dict) ? s->find("num_steps") : nullptr;
+    if (!n || !(n->is(PyValue::Kind::Int) || n->is(PyValue::Kind::Float))) continue;
+    const double steps = n->as_float();
+    return steps >= 0 && steps <= static_cast<double>(m.consumed_train) ? static_cast<int64_t>(steps) : -1;
+  }
+  return -1;
+}
+
+std::shared_ptr<PyValue> megatron_rng_state(const PartRng& streams, uint64_t seed, int64_t tp_rank) {
+  auto s = py_dict();
+  auto put = [&](const char* k, std::shared_ptr<PyValue> v) { s->entries.emplace_back(py_str(k), std::move(v)); };
+  std::vector<uint32_t> py = mt_init_by_array(python_seed_key(seed));
+  py.push_back(624);  // the index: the next draw regenerates the block
+  put("random_rng_state", py_tuple({py_int(3), int_tuple(py), py_none()}));
+  auto key = py_list();
+  for (uint32_t w : mt_init_genrand(static_cast<uint32_t>(seed))) key->items.push_back(py_int(w));
+  put("np_rng_state", py_tuple({py_str("MT19937"), key, py_int(624), py_int(0), py_float(0.0)}));
+  put("torch_rng_state", py_tensor(streams.cpu));
+  put("cuda_rng_state", py_tensor(streams.device.defined() ? streams.device : cuda_seed_state(seed)));
+  auto trackers = py_dict();
+  const uint64_t tp_seed = seed + 2718 + static_cast<uint64_t>(tp_rank);
+  trackers->entries.emplace_back(py_str("data-parallel-rng"), py_tensor(cuda_seed_state(seed)));
+  trackers->entries.emplace_back(py_str("model-parallel-rng"), py_tensor(streams.tracker.defined() ? streams.tracker : cuda_seed_state(tp_seed)));
+  trackers->entries.emplace_back(py_str("expert-parallel-rng"), py_tensor(cuda_seed_state(seed + 1024)));
+  put("rng_tracker_states", trackers);
+  auto list = py_list();
+  list->items.push_back(s);
+  return list;
+}
+
+PartRng read_megatron_rng(const PyValue& part, const std::string& file) {
+  PartRng r;
+  r.file = file;
+  const PyValue* states = &part;  // before 2022 the keys were at the top level
+  if (const PyValue* list = part.find("rng_state"); list && !list->is(PyValue::Kind::None)) {
+    if (!(list->is(PyValue::Kind::List) || list->is(PyValue::Kind::Tuple)) || list->items.empty() || !list->items[0]->is(PyValue::Kind::Dict))
+      throw Error(ErrorKind::Format, "%s: rng_state is a %s, not a list of dicts", file.c_str(), list->describe().c_str());
+    states = list->items[0].get();
+  }
+  r.cpu = byte_state(states->find("torch_rng_state"), "torch_rng_state", file);
+  r.device = byte_state(states->find("cuda_rng_state"), "cuda_rng_state", file);
+  if (const PyValue* t = states->find("rng_tracker_states"); t && t->is(PyValue::Kind::Dict))
+    r.tracker = byte_state(t->find("model-parallel-rng"), "model-parallel-rng", file);
+  r.cpu_tracker = byte_state(part.find("zerolm_rng_tracker"), "zerolm_rng_tracker", file);
+  return r;
 }
 
 void save_megatron_checkpoint(const std::string& dir, Gpt2& model, int64_t iteration) {

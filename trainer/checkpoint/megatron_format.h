@@ -24,7 +24,9 @@
 // Float16OptimizerWithFloat16Params: that and the fp32 master weights, which are
 // then the weights read; the distributed optimizer: distrib_optim.pt beside the
 // part, one buffer of one bucket), numbered through Megatron's two groups.
-// Megatron's RNG streams are not read.
+// Also the learning-rate scheduler's count of samples (opt_param_scheduler's
+// num_steps), fp16's grad scaler state, and the RNG streams of each part
+// (rng_state), for a resume in the same layout.
 #pragma once
 
 #include <filesystem>
@@ -32,6 +34,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "trainer/checkpoint/torch_pickle.h"
 #include "trainer/model/gpt2_model.h"
@@ -55,12 +58,29 @@ std::optional<std::filesystem::path> megatron_tracked_dir(const std::string& dir
 
 // A whole model read from another trainer's checkpoint (Megatron-LM's here,
 // DeepSpeed's in deepspeed_format.h), under our parameter names.
+// One part's RNG streams as Megatron's rng_state keeps them (undefined where
+// absent): torch's CPU generator (torch_rng_state), the CUDA generator
+// (cuda_rng_state) and the model-parallel tracker's CUDA state
+// (rng_tracker_states' model-parallel-rng), each a byte tensor of torch's
+// get_state(); `cpu_tracker`: the tracker of a zerolm run on CPUs, a CPU
+// generator's state that Megatron's CUDA tracker cannot hold (zerolm's key
+// zerolm_rng_tracker beside rng_state). `file` names the part in messages.
+struct PartRng {
+  torch::Tensor cpu, device, tracker, cpu_tracker;
+  std::string file;
+};
+
 struct ImportedModel {
   std::string format;  // "Megatron-LM", "DeepSpeed": for messages
   Gpt2Config config;
   int64_t iteration = 0;
   int64_t tp = 1, pp = 1;                        // the layout it was saved in
   int64_t consumed_train = 0, consumed_valid = 0;  // samples (args.consumed_*_samples; else iteration x global batch)
+  int64_t scheduler_samples = -1;
+  // fp16's dynamic loss scale and its trackers, where the optimizer state keeps them (Megatron's
+  // grad_scaler); scale 0: none.
+  double loss_scale = 0;
+  int64_t loss_scale_growth = 0, loss_scale_hysteresis = 0;  // the learning-rate scheduler's num_steps where saved (fp16's skips not counted); -1: consumed_train
   // The vocabulary behind config.vocab_size's padded rows, where args say it:
   // the token count (zerolm_vocab_entries, written by us), else Megatron's
   // make_vocab_size_divisible_by (0: not said).
@@ -70,6 +90,7 @@ struct ImportedModel {
   // empty), and the optimizer's step count.
   std::map<std::string, torch::Tensor> exp_avg, exp_avg_sq;
   int64_t adam_step = 0;
+  std::map<std::pair<int64_t, int64_t>, PartRng> rng;  // by (TP rank, pipeline stage), the parts that have rng_state
 };
 
 // Megatron's `args` (an argparse.Namespace; Megatron-DeepSpeed saves the same
@@ -156,7 +177,31 @@ struct MegatronPart {
 std::shared_ptr<PyValue> megatron_part_state(const std::map<std::string, torch::Tensor>& ours, const MegatronPart& part);
 // The whole model as one part (TP 1, PP 1).
 std::shared_ptr<PyValue> megatron_state_dict(Gpt2& model);
+// The samples the learning-rate schedule has counted, from a file's scheduler state
+// (opt_param_scheduler, or lr_scheduler as older Megatron and DeepSpeed's engine name it):
+// its num_steps, which fp16's skipped iterations do not advance. -1 when absent, or when not
+// within 0..m.consumed_train (a schedule counted in iterations, as Megatron's before 2021).
+int64_t scheduler_samples_of(const PyValue& top, const ImportedModel& m);
+
 // Megatron's args describing the part's model, layout and counters.
 std::shared_ptr<PyValue> megatron_args(const MegatronPart& part);
+
+// A part's `rng_state` as Megatron-LM saves it without --data-parallel-random-init (a list of
+// one dict), so that its loader restores the streams with no --no-load-rng:
+//  - random_rng_state and np_rng_state: Python's and numpy's global generators as Megatron's
+//    seeding leaves them (seeded with `seed`, the run's --seed + 100 x pipeline stage; training
+//    draws nothing from them); numpy's key as a list of ints, which np.random.set_state takes,
+//    so that no numpy class is pickled;
+//  - torch_rng_state: `streams.cpu`;
+//  - cuda_rng_state and rng_tracker_states (data-parallel-rng, model-parallel-rng,
+//    expert-parallel-rng, seeded as megatron-core seeds them): `streams.device` and
+//    `streams.tracker` where a GPU run has them (CUDA states, 16 bytes), else the states the
+//    seeds give (seed, offset 0): a CPU run's streams are CPU generators.
+std::shared_ptr<PyValue> megatron_rng_state(const PartRng& streams, uint64_t seed, int64_t tp_rank);
+
+// The streams of a part's rng_state (entry 0 of the list, or the top-level keys of files
+// written before 2022) and zerolm_rng_tracker; all undefined when the part has none. A stream
+// that is not a byte tensor is an error naming `file`.
+PartRng read_megatron_rng(const PyValue& part, const std::string& file);
 
 }  // namespace zlm::trainer

@@ -95,7 +95,7 @@ std::map<std::string, Spec> specs() {
   str("--data-impl", &TrainArgs::data_impl, "mmap");
   str("--save", &TrainArgs::save, "checkpoint directory to write");
   str("--ckpt-format", &TrainArgs::ckpt_format, "zerolm (ours: fp32 weights, Adam, RNG; the default), torch (Megatron-LM's "
-      "model_optim_rng.pt, which Megatron loads with --no-load-optim --no-load-rng) or deepspeed (DeepSpeed's engine's global_stepN "
+      "model_optim_rng.pt with its optimizer, scheduler and RNG state, which Megatron-LM resumes) or deepspeed (DeepSpeed's engine's global_stepN "
       "files at ZeRO 1-3, which its load_checkpoint continues and zero_to_fp32.py reads)");
   str("--load", &TrainArgs::load, "checkpoint directory to resume from");
   str("--distributed-backend", &TrainArgs::distributed_backend, "nccl or gloo");
@@ -344,8 +344,8 @@ double TrainArgs::warmup_samples() const {
 // megatron-core's OptimizerParamScheduler.get_lr after `it` iterations, as it computes it: its
 // steps count samples (num_steps = it * global batch), and the order of operations is its own, so
 // that the learning rate is Megatron's to the bit (also a warm-up that ends inside an iteration).
-double megatron_lr(const TrainArgs& a, int64_t it) {
-  const double num_steps = static_cast<double>(it * a.global_batch_size);
+double megatron_lr(const TrainArgs& a, int64_t samples) {
+  const double num_steps = static_cast<double>(samples);
   const double warmup = a.warmup_samples(), decay = static_cast<double>(a.decay_samples());
   if (warmup > 0 && num_steps <= warmup) return 0.0 + (a.lr - 0.0) * num_steps / warmup;
   if (a.lr_decay_style == "constant") return a.lr;

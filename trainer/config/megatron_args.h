@@ -133,8 +133,9 @@ TrainArgs parse_megatron_args(int argc, const char* const* argv, std::string* he
 // A flag's integer value, all of it ("12x" is refused): zlm::Error(Usage) naming the flag otherwise.
 int64_t parse_int_flag(const std::string& flag, const std::string& value);
 
-// Megatron's OptimizerParamScheduler learning rate after `iteration` completed
-// iterations (warm-up from 0, then cosine/linear/constant decay to min_lr).
-double megatron_lr(const TrainArgs& args, int64_t iteration);
+// Megatron's OptimizerParamScheduler learning rate once it has stepped over `samples` (its
+// num_steps: the samples of the updates taken; an iteration that fp16 skips on overflow does
+// not step it): warm-up from 0, then cosine/linear/constant decay to min_lr.
+double megatron_lr(const TrainArgs& args, int64_t samples);
 
 }  // namespace zlm::trainer

@@ -20,6 +20,20 @@ class LossScaler {
   LossScaler(double initial, double min_scale, int64_t window, int64_t hysteresis, bool dynamic)
       : scale_(initial), min_(min_scale), window_(window), hysteresis_(hysteresis), hysteresis_left_(hysteresis), dynamic_(dynamic) {}
   double scale() const { return scale_; }
+  // What Megatron's DynamicGradScaler saves: the scale, the clean steps since the last overflow
+  // or growth (growth_tracker) and the overflows the hysteresis still allows (hysteresis_tracker).
+  struct State {
+    double scale = 0;
+    int64_t growth_tracker = 0, hysteresis_tracker = 0;
+  };
+  State state() const { return {scale_, clean_steps_, hysteresis_left_}; }
+  // A saved state (a resumed run's); a static scale keeps its --loss-scale.
+  void restore(const State& s) {
+    if (!dynamic_ || s.scale <= 0) return;
+    scale_ = s.scale;
+    clean_steps_ = std::clamp<int64_t>(s.growth_tracker, 0, window_ - 1);
+    hysteresis_left_ = std::min(s.hysteresis_tracker, hysteresis_);
+  }
   void update(bool found_inf) {
     if (!dynamic_) return;
     if (found_inf) {

@@ -560,7 +560,7 @@ double Trainer::model_parallel_sum(double v) {
 }
 
 void Trainer::train_step() {
-  const double lr = megatron_lr(a_, st_.iteration);  // Megatron: the LR of the steps taken so far
+  const double lr = megatron_lr(a_, st_.scheduler_samples);  // Megatron: the LR of the updates taken so far
   engine_->begin_step(micro_);
   const double loss_mult = pl_.fp16 ? scaler_.scale() : 1.0;
   // The loss sum stays on the device until the step's end: a read per
@@ -612,6 +612,11 @@ void Trainer::train_step() {
   if (a_.log_params_norm) last_params_norm_ = std::sqrt(model_parallel_sum(engine_->param_sum_of_squares()));
   ++st_.iteration;
   st_.consumed_train += a_.global_batch_size;
+  if (!last_skipped_) st_.scheduler_samples += a_.global_batch_size;  // Megatron steps its scheduler on updates only
+  if (pl_.fp16) {
+    const LossScaler::State s = scaler_.state();
+    st_.loss_scale = s.scale, st_.loss_scale_growth = s.growth_tracker, st_.loss_scale_hysteresis = s.hysteresis_tracker;
+  }
   ++interval_iters_;
   if (tb_ && tb_->due(st_.iteration)) tensorboard_training(loss_avg, grad_norm);
 }
@@ -619,7 +624,7 @@ void Trainer::train_step() {
 // rank 0, every --tensorboard-log-interval: the step's scalars.
 void Trainer::tensorboard_training(double loss_avg, double grad_norm) {
   TrainingScalars t{.iteration = st_.iteration, .consumed_samples = st_.consumed_train, .batch_size = a_.global_batch_size,
-                    .world_size = world_->world(), .learning_rate = megatron_lr(a_, st_.iteration),
+                    .world_size = world_->world(), .learning_rate = megatron_lr(a_, st_.scheduler_samples),
                     .loss_scale = pl_.fp16 ? scaler_.scale() : 1.0};
   t.loss = loss_avg;
   if (!last_skipped_) t.grad_norm = grad_norm;
@@ -644,6 +649,7 @@ void Trainer::save() {
     ds.fp16 = a_.fp16;
     ds.dynamic_loss_scale = a_.fp16 && a_.loss_scale <= 0;
     if (a_.fp16) ds.loss_scale = pl_.fp16 ? scaler_.scale() : a_.loss_scale > 0 ? a_.loss_scale : a_.initial_loss_scale;
+    if (pl_.fp16) ds.loss_scale_growth = st_.loss_scale_growth, ds.hysteresis_left = st_.loss_scale_hysteresis;
   }
   save_checkpoint(a_.save, model_, *engine_, *grid_, rng_, st_, saves_++, format, &ds);
 }
@@ -689,7 +695,7 @@ void Trainer::log_progress() {
     // when there were none; the grad norm (of this iteration) only when it stepped.
     const double avg = interval_loss_ / static_cast<double>(std::max<int64_t>(1, interval_advanced_));
     if (interval_advanced_ > 0) last_logged_loss_ = avg;
-    const double lr_now = megatron_lr(a_, st_.iteration);
+    const double lr_now = megatron_lr(a_, st_.scheduler_samples);
     const double tflops = flops_per_iter_ / secs / 1e12 / world_->world();
     if (log_level() >= LogLevel::Inf)  // not with -q
       std::fprintf(stderr,
@@ -768,7 +774,12 @@ void Trainer::evaluate(const std::string& label, const SampleSource& src, int64_
 }
 
 int Trainer::run() {
-  if (!a_.load.empty()) load_checkpoint(a_, model_, *engine_, *grid_, rng_, st_);
+  if (!a_.load.empty() && load_checkpoint(a_, model_, *engine_, *grid_, rng_, st_) && pl_.fp16 && st_.loss_scale > 0) {
+    // fp16 goes on from the saved loss scale, as Megatron's optimizer loads its grad scaler's state
+    // (a fresh 2^32 would skip a dozen iterations again); a static --loss-scale keeps its own.
+    scaler_.restore({st_.loss_scale, st_.loss_scale_growth, st_.loss_scale_hysteresis});
+    ZLM_LOG_INF(" > loss scale %.1f from the checkpoint", scaler_.scale());
+  }
   const int64_t T = a_.total_iters(), first = st_.iteration;
   if (first >= T)
     ZLM_LOG_WRN("the checkpoint in --load %s is at iteration %ld, and %s asks for %ld: nothing to train (validation and test only; no "

@@ -20,7 +20,8 @@
 #     1 rank -> TP4, PP2xDP2 -> TP2xDP2 at another ZeRO stage, TP2xDP2 ->
 #     PP2xDP2 at ZeRO-3 with parameter offload) as the uninterrupted run continued;
 #     also through Megatron-LM's format (--ckpt-format torch: TP2xPP2 -> 1 rank,
-#     PP2xDP2 ZeRO-3 -> TP2xDP2 ZeRO-1);
+#     PP2xDP2 ZeRO-3 -> TP2xDP2 ZeRO-1; TP2xPP2 with dropout -> the same layout,
+#     its dropout streams continued from rng_state);
 #  5. the Megatron-DeepSpeed tutorial's TP 4 command with its DeepSpeed JSON (its batch rule
 #     counts data-parallel ranks: 12 = 1 x 12 accumulation x DP 1)
 #     (ZeRO-3, cpu_offload, fp16: fp32 on CPU) under our launcher and torchrun;
@@ -148,6 +149,11 @@ reshard_megatron() {  # NAME W1 "ARGS1" W2 "ARGS2"
 }
 reshard_megatron re_mf_tp2pp2_1 4 "${TP2[*]} ${PP2[*]}" 1 ""
 reshard_megatron re_mf_pp2dp2z3_tp2dp2 4 "${PP2[*]} --zero-stage 3" 4 "${TP2[*]} --zero-stage 1"
+# In the same layout its rng_state carries the dropout streams on: as the uninterrupted run, bit for bit.
+DROP="--hidden-dropout 0.1 --attention-dropout 0.1"
+reshard_megatron a_pp_mf 4 "${TP2[*]} ${PP2[*]} $DROP" 4 "${TP2[*]} ${PP2[*]} $DROP"
+grep -q "the dropout streams continue from its rng_state" a_pp_mf.log
+$CMP --rtol 0 --atol 0 a_pp a_pp_mf
 # And through DeepSpeed's (--ckpt-format deepspeed: one set of files per tensor-parallel rank, ZeRO partitions per data-parallel rank).
 reshard_deepspeed() {  # NAME W1 "ARGS1" W2 "ARGS2"
   local name=$1 w1=$2 a1=$3 w2=$4 a2=$5

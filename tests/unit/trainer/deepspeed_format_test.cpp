@@ -1,9 +1,11 @@
 // DeepSpeed checkpoint reading (trainer/checkpoint/deepspeed_format.h) on
 // damaged files built here: a model file without its module, an optimizer file
-// without its state. The errors name the file, not only the missing key. (The
-// reference tests read and write real ones with DeepSpeed itself.)
+// without its state; and Megatron's rng_state (megatron_format.h) read back and
+// damaged. The errors name the file, not only the missing key. (The reference
+// tests read and write real ones with DeepSpeed and megatron-core themselves.)
 #include <torch/torch.h>
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -70,6 +72,51 @@ TEST(DeepSpeedFormat, AMissingEntryNamesItsFile) {
   for (const fs::path& f : {optim, model, root / "latest"}) fs::remove(f);  // not remove_all (libtorch's copy)
   fs::remove(tag);
   fs::remove(root);
+}
+
+std::string rng_error_of(const PyValue& part) {
+  try {
+    read_megatron_rng(part, "iter_0000005/mp_rank_01/model_optim_rng.pt");
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(MegatronFormat, RngStateReadsBackAndADamagedOneNamesItsFile) {
+  PartRng streams;
+  streams.cpu = torch::arange(5056).to(torch::kUInt8);
+  streams.cpu_tracker = torch::arange(7, 5063).to(torch::kUInt8);
+  PyValue part;
+  part.kind = PyValue::Kind::Dict;
+  part.entries.emplace_back(py_str("rng_state"), megatron_rng_state(streams, 1234, 1));
+  part.entries.emplace_back(py_str("zerolm_rng_tracker"), py_tensor(streams.cpu_tracker));
+  const PartRng back = read_megatron_rng(part, "f");
+  EXPECT_TRUE(torch::equal(back.cpu, streams.cpu));
+  EXPECT_TRUE(torch::equal(back.cpu_tracker, streams.cpu_tracker));
+  // A CPU run's CUDA states are its seeds' (megatron-core's: + 2718 + TP rank for the tracker), offset 0.
+  ASSERT_EQ(back.tracker.numel(), 16);
+  uint64_t seed = 0, offset = 1;
+  std::memcpy(&seed, back.tracker.data_ptr<uint8_t>(), 8);
+  std::memcpy(&offset, back.tracker.data_ptr<uint8_t>() + 8, 8);
+  EXPECT_EQ(seed, 1234u + 2718u + 1u);
+  EXPECT_EQ(offset, 0u);
+  std::memcpy(&seed, back.device.data_ptr<uint8_t>(), 8);
+  EXPECT_EQ(seed, 1234u);
+
+  PyValue& dict = *part.entries[0].second->items[0];
+  for (auto& [k, v] : dict.entries)
+    if (k->s == "torch_rng_state") v = py_str("not a state");
+  std::string said = rng_error_of(part);
+  EXPECT_NE(said.find("mp_rank_01/model_optim_rng.pt"), std::string::npos) << said;
+  EXPECT_NE(said.find("torch_rng_state"), std::string::npos) << said;
+  part.entries[0].second = py_int(3);
+  said = rng_error_of(part);
+  EXPECT_NE(said.find("rng_state is a"), std::string::npos) << said;
+
+  PyValue none;  // a file without RNG state (--no-save-rng, a converted model): nothing to restore
+  none.kind = PyValue::Kind::Dict;
+  EXPECT_FALSE(read_megatron_rng(none, "f").cpu.defined());
 }
 
 }  // namespace
