@@ -5,7 +5,7 @@ the caller gives the causal mask), tanh GELU as Megatron's default
 --bias-gelu-fusion computes it (or erf, as --no-bias-gelu-fusion), tied
 embeddings, learned positions.
 
-  init(work_dir, rank, world)      # once per process
+  init(work_dir, rank, world, tp, pp)  # once per process (tp, pp: megatron-core's model parallelism, 1 by default)
   model = gpt(layers, hidden, heads, seq, vocab, seed)
   logits = model(tokens, positions(T), causal_mask(T))   # (B, T, V)
 """
@@ -31,18 +31,19 @@ class _CpuBuffer:
         return torch.empty(shape, dtype=dtype)
 
 
-def init(work, rank=0, world=1):
+def init(work, rank=0, world=1, tp=1, pp=1):
     torch.distributed.init_process_group("gloo", init_method="file://" + os.path.abspath(os.path.join(work, "rendezvous")),
                                          rank=rank, world_size=world)
-    parallel_state.initialize_model_parallel(1, 1)
+    parallel_state.initialize_model_parallel(tp, pp)
     tensor_parallel.get_cuda_rng_tracker = lambda *a, **k: _NoFork()
     dpa.tensor_parallel.get_cuda_rng_tracker = tensor_parallel.get_cuda_rng_tracker
     parallel_state._GLOBAL_MEMORY_BUFFER = _CpuBuffer()
 
 
-def config(layers, hidden, heads, erf=False):
+def config(layers, hidden, heads, erf=False, tp=1, pp=1):
     """erf: Megatron's --no-bias-gelu-fusion (plain F.gelu); else its fused bias-GELU's tanh approximation."""
     return TransformerConfig(num_layers=layers, hidden_size=hidden, num_attention_heads=heads, use_cpu_initialization=True,
+                             tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp, pipeline_dtype=torch.float32 if pp > 1 else None,
                              activation_func=F.gelu if erf else (lambda x: F.gelu(x, approximate="tanh")), hidden_dropout=0.0,
                              attention_dropout=0.0, init_method_std=0.02)
 

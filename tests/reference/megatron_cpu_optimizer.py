@@ -69,23 +69,30 @@ def load_fixes():
     DistributedOptimizer.load_state_dict = load_state_dict
 
 
-def build(mode, dist, layers, hidden, heads, seq, vocab, seed, lr, weight_decay=0.01, iterations=10, samples_per_iteration=1, schedule=None):
+def build(mode, dist, layers, hidden, heads, seq, vocab, seed, lr, weight_decay=0.01, iterations=10, samples_per_iteration=1, schedule=None,
+          tp=1, pp=1):
     """The model in megatron-core's wrappers, its optimizer (AdamW, betas 0.9/0.999, eps 1e-8, no
     clipping) and a constant learning-rate schedule counted in samples, as Megatron-LM steps it.
     `schedule`: OptimizerParamScheduler arguments instead of the constant one, and a scheduler that,
-    as Megatron-LM's by default, asserts that a checkpoint's schedule is its own."""
+    as Megatron-LM's by default, asserts that a checkpoint's schedule is its own. tp, pp: this
+    process's part of a model cut as megatron_cpu.init(..., tp, pp) set up (its pipeline stage's
+    layers, the embedding on the first stage and the output layer on the last)."""
     from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
     from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
     from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
     from megatron.core.transformer.module import Float16Module
-    cfg = megatron_cpu.config(layers, hidden, heads)
+    from megatron.core import parallel_state
+    cfg = megatron_cpu.config(layers, hidden, heads, tp=tp, pp=pp)
     dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[mode]
     cfg.bf16, cfg.fp16, cfg.params_dtype = mode == "bf16", mode == "fp16", dtype
+    if pp > 1:
+        cfg.pipeline_dtype = dtype
     torch.manual_seed(seed)
     from megatron.core.models.gpt import GPTModel
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
     model = GPTModel(cfg, get_gpt_layer_local_spec(), vocab_size=vocab, max_sequence_length=seq, position_embedding_type="learned_absolute",
-                     share_embeddings_and_output_weights=True)
+                     share_embeddings_and_output_weights=True, pre_process=parallel_state.is_pipeline_first_stage(),
+                     post_process=parallel_state.is_pipeline_last_stage())
     if mode != "fp32":
         model = Float16Module(cfg, model)
     # Megatron-LM accumulates bf16 gradients in fp32; it checks for NaN only without a dynamic loss scale

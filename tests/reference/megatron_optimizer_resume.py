@@ -18,8 +18,10 @@ continues with those losses within 1e-5 relative.
 
 The other way: pretrain_gpt --ckpt-format torch saves iteration N of an N + K
 run (fp32, and the layouts of --bf16 and --fp16, trained in fp32 on the CPU;
-a cosine schedule whose warm-up ends inside the first iteration), and
-megatron-core's optimizer of that precision load_state_dict()s its `optimizer`
+a cosine schedule whose warm-up ends inside the first iteration; one part, and
+TP 2 x PP 2 for fp32 and fp16, where megatron-core builds each part's model
+and optimizer on four Gloo processes), and megatron-core's optimizer of that
+precision load_state_dict()s its `optimizer`
 and its scheduler, built from the same flags and asserting as Megatron-LM's
 does that the checkpoint's schedule is its own, its `opt_param_scheduler`:
 the learning rate is then pretrain_gpt's, the optimizer's fp32 weights,
@@ -129,9 +131,9 @@ def worker(rank, mode, dist, hidden, out):
     os._exit(0)
 
 
-def megatron_lm_restores_rng(sd):
+def megatron_lm_restores_rng(sd, tp, pp):
     """Megatron-LM's loader's steps with rng_state (without --no-load-rng), and what they restore:
-    Python's and numpy's generators as Megatron's seeding (--seed, stage 0) leaves them, torch's
+    Python's and numpy's generators as Megatron's seeding (--seed + 100 x stage) leaves them, torch's
     CPU generator from the file; its CUDA calls need a GPU, so their states are decoded instead
     (seed, Philox offset) and compared with megatron-core's seeds. Returns what differs."""
     import random
@@ -140,8 +142,9 @@ def megatron_lm_restores_rng(sd):
     np.random.set_state(state["np_rng_state"])
     torch.set_rng_state(state["torch_rng_state"])
     restored = (random.getstate(), np.random.get_state(), torch.get_rng_state())
-    random.seed(SEED)
-    np.random.seed(SEED)
+    seed = SEED + 100 * pp
+    random.seed(seed)
+    np.random.seed(seed)
     differ = []
     if restored[0] != random.getstate():
         differ.append("random")
@@ -154,31 +157,35 @@ def megatron_lm_restores_rng(sd):
     def cuda(t):
         b = t.numpy().tobytes()
         return (int.from_bytes(b[:8], "little"), int.from_bytes(b[8:], "little")) if len(b) == 16 else None
-    want = {"data-parallel-rng": SEED, "model-parallel-rng": SEED + 2718, "expert-parallel-rng": SEED + 1024}
+    want = {"data-parallel-rng": seed, "model-parallel-rng": seed + 2718 + tp, "expert-parallel-rng": seed + 1024}
     got = {k: cuda(v) for k, v in state["rng_tracker_states"].items()}
-    if got != {k: (v, 0) for k, v in want.items()} or cuda(state["cuda_rng_state"]) != (SEED, 0):
+    if got != {k: (v, 0) for k, v in want.items()} or cuda(state["cuda_rng_state"]) != (seed, 0):
         differ.append(f"cuda {got}")
     return differ
 
 
-def load_ours(rank, mode, ckpt_file, out):
-    """megatron-core's optimizer of `mode` loading pretrain_gpt's checkpoint as Megatron-LM does."""
-    megatron_cpu.init(out)
+def load_ours(rank, mode, saved, out, tp, pp):
+    """megatron-core's optimizer of `mode`, on its part of a TP x PP model, loading pretrain_gpt's
+    checkpoint of that part as Megatron-LM does (and, on one part in fp32, continuing it)."""
+    megatron_cpu.init(out, rank, tp * pp, tp, pp)
     import megatron_cpu_optimizer as mco
+    from megatron.core import parallel_state
     mco.patch()
     torch.set_num_threads(1)
+    tp_rank, pp_rank = parallel_state.get_tensor_model_parallel_rank(), parallel_state.get_pipeline_model_parallel_rank()
+    part = f"mp_rank_{tp_rank:02d}" + (f"_{pp_rank:03d}" if pp > 1 else "")
+    sd = torch.load(os.path.join(saved, f"iter_{N:07d}", part, "model_optim_rng.pt"), weights_only=False)
     sample = sample_reader(RUN.data, RUN.index)
     total = (N + K) * GLOBAL
     schedule = {"init_lr": 0.0, "max_lr": LR, "min_lr": LR / 10, "lr_warmup_steps": WARMUP_FRACTION * total, "lr_decay_steps": total,
                 "lr_decay_style": "cosine"}
-    model, opt, sched = mco.build(mode, False, L, H, HEADS, SEQ, VOCAB, seed=7, lr=LR, iterations=N + K, samples_per_iteration=GLOBAL,
-                                  schedule=schedule)
-    sd = torch.load(ckpt_file, weights_only=False)
+    model, opt, sched = mco.build(mode, False, L, H, HEADS, SEQ, sd["args"].padded_vocab_size, seed=7, lr=LR, iterations=N + K,
+                                  samples_per_iteration=GLOBAL, schedule=schedule, tp=tp, pp=pp)
     core = model.module.module if hasattr(model.module, "module") else model.module
     core.load_state_dict(sd["model"], strict=True)
     opt.load_state_dict(sd["optimizer"])
     sched.load_state_dict(sd["opt_param_scheduler"])
-    rng_differ = megatron_lm_restores_rng(sd)
+    rng_differ = megatron_lm_restores_rng(sd, tp_rank, pp_rank)
     lr = opt.param_groups[0]["lr"]  # the rate of iteration N + 1, before the steps below move it
     state = mco.fp32_state(model, opt, False)
     inner = opt.chained_optimizers[0].optimizer
@@ -187,9 +194,10 @@ def load_ours(rank, mode, ckpt_file, out):
     tensors = [(sd["model"], state["weights"]), (ours["exp_avg"], state["exp_avg"]), (ours["exp_avg_sq"], state["exp_avg_sq"])]
     differ = [k for want, got in tensors for k, t in want.items() if torch.is_tensor(t) and not torch.equal(t.float(), got[k])]
     scale = opt.chained_optimizers[0].grad_scaler.scale.item() if mode == "fp16" else None
-    losses = {it: mco.step(model, opt, sched, micro_batches(sample, it), VOCAB, GLOBAL) for it in range(N + 1, N + K + 1)} if mode == "fp32" else {}
-    with open(os.path.join(out, "result.json"), "w") as f:
-        json.dump({"differ": differ, "steps": steps, "states": len(inner.state), "params": sum(torch.is_tensor(t) for t in sd["model"].values()),
+    one_part = tp * pp == 1
+    losses = {it: mco.step(model, opt, sched, micro_batches(sample, it), VOCAB, GLOBAL) for it in range(N + 1, N + K + 1)} if mode == "fp32" and one_part else {}
+    with open(os.path.join(out, f"result_{rank}.json"), "w") as f:
+        json.dump({"part": part, "differ": differ, "steps": steps, "states": len(inner.state), "params": sum(torch.is_tensor(t) for t in sd["model"].values()),
                    "our_step": ours["step"], "losses": losses, "scale": scale, "rng_differ": rng_differ,
                    "lr": lr, "optimizer": type(opt.chained_optimizers[0]).__name__}, f)
     torch.distributed.destroy_process_group()
@@ -198,33 +206,38 @@ def load_ours(rank, mode, ckpt_file, out):
 
 
 def megatron_loads_ours():
-    """pretrain_gpt's --ckpt-format torch files, continued by megatron-core's own optimizer."""
+    """pretrain_gpt's --ckpt-format torch files, loaded part by part by megatron-core's own
+    optimizer on that part (one part, and TP 2 x PP 2 on four Gloo processes), and on one part in
+    fp32 continued."""
     ok = True
-    for mode in ("fp32", "bf16", "fp16"):
-        saved = os.path.join(WORK, "ours_" + mode)
-        flags = [] if mode == "fp32" else ["--" + mode]
+    for mode, tp, pp in [("fp32", 1, 1), ("bf16", 1, 1), ("fp16", 1, 1), ("fp32", 2, 2), ("fp16", 2, 2)]:
+        layout = f"{mode}, TP {tp} x PP {pp}"
+        saved = os.path.join(WORK, f"ours_{mode}_tp{tp}pp{pp}")
+        flags = ([] if mode == "fp32" else ["--" + mode]) + ([] if tp * pp == 1 else [
+            "--nproc-per-node", str(tp * pp), "--tensor-model-parallel-size", str(tp), "--pipeline-model-parallel-size", str(pp)])
         RUN.pretrain(saved, "--ckpt-format", "torch", "--save-interval", str(N), *flags,
                      schedule=("--lr-decay-style", "cosine", "--lr-warmup-fraction", str(WARMUP_FRACTION), "--min-lr", str(LR / 10)))
-        out = fresh_dir(os.path.join(WORK, "megatron_loads_" + mode))
-        ckpt_file = os.path.join(saved, f"iter_{N:07d}", "mp_rank_00", "model_optim_rng.pt")
-        mp.spawn(load_ours, args=(mode, ckpt_file, out), nprocs=1, join=True)
-        with open(os.path.join(out, "result.json")) as f:
-            r = json.load(f)
+        out = fresh_dir(os.path.join(WORK, f"megatron_loads_{mode}_tp{tp}pp{pp}"))
+        mp.spawn(load_ours, args=(mode, saved, out, tp, pp), nprocs=tp * pp, join=True)
         with open(os.path.join(saved, "metrics.jsonl")) as f:
             our_lr = next(rec["lr"] for rec in map(json.loads, f) if rec.get("iteration") == N and "split" not in rec)
-        ok &= check(not r["differ"] and r["steps"] == [N] == [r["our_step"]] and r["states"] == r["params"] and r["lr"] == our_lr
-                    and (mode != "fp16" or r["scale"] == 2.0 ** 32) and not r["rng_differ"],
-                    f"{mode}: megatron-core's {r['optimizer']} and scheduler load pretrain_gpt's: learning rate {r['lr']} (pretrain_gpt's "
-                    f"{our_lr}), fp32 weights and moments exactly the run's, step {r['steps']} in all {r['states']} parameters"
-                    + (f", loss scale {r['scale']:g}" if r["scale"] else "") + (f" (differ: {r['differ'][:3]})" if r["differ"] else "")
-                    + "; Megatron-LM's rng_state steps restore " + (f"all but {r['rng_differ']}" if r["rng_differ"] else
-                                                                     "Python's and numpy's seeded generators, torch's and the CUDA seeds"))
-        if mode == "fp32":
-            ours = Run.losses(saved)
-            theirs = {int(k): v for k, v in r["losses"].items()}
-            diff = max(abs(ours[it] - theirs[it]) / abs(ours[it]) for it in theirs)
-            ok &= check(diff <= TOLERANCE, f"fp32: megatron-core continues iterations {N + 1}-{N + K} from it with pretrain_gpt's own "
-                                           f"losses within {diff:.1e} (relative)")
+        for rank in range(tp * pp):
+            with open(os.path.join(out, f"result_{rank}.json")) as f:
+                r = json.load(f)
+            ok &= check(not r["differ"] and r["steps"] == [N] == [r["our_step"]] and r["states"] == r["params"] and r["lr"] == our_lr
+                        and (mode != "fp16" or r["scale"] == 2.0 ** 32) and not r["rng_differ"],
+                        f"{layout}, {r['part']}: megatron-core's {r['optimizer']} and scheduler load pretrain_gpt's: learning rate {r['lr']} "
+                        f"(pretrain_gpt's {our_lr}), fp32 weights and moments exactly the run's, step {r['steps']} in all {r['states']} "
+                        "parameters" + (f", loss scale {r['scale']:g}" if r["scale"] else "")
+                        + (f" (differ: {r['differ'][:3]})" if r["differ"] else "")
+                        + "; Megatron-LM's rng_state steps restore " + (f"all but {r['rng_differ']}" if r["rng_differ"] else
+                                                                         "Python's and numpy's seeded generators, torch's and the CUDA seeds"))
+            if r["losses"]:
+                ours = Run.losses(saved)
+                theirs = {int(k): v for k, v in r["losses"].items()}
+                diff = max(abs(ours[it] - theirs[it]) / abs(ours[it]) for it in theirs)
+                ok &= check(diff <= TOLERANCE, f"{layout}: megatron-core continues iterations {N + 1}-{N + K} from it with pretrain_gpt's "
+                                               f"own losses within {diff:.1e} (relative)")
     return ok
 
 

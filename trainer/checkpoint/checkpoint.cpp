@@ -501,6 +501,22 @@ std::shared_ptr<PyValue> megatron_optimizer_state(const PyValue& module, const P
   return out;
 }
 
+// This rank's streams as Megatron's `rng_state` (megatron_rng_state) in `top`, and a CPU run's
+// model-parallel stream under zerolm_rng_tracker; nothing for a converted model (no streams).
+void put_rng_state(PyValue& top, const RngTracker& rng, uint64_t seed, const ProcessGrid& grid) {
+  if (!rng.state().defined()) return;
+  PartRng streams;
+  streams.cpu = at::globalContext().defaultGenerator(torch::kCPU).get_state();
+  if (rng.device().is_cpu()) {
+    streams.cpu_tracker = rng.state();
+  } else {
+    streams.device = swap_rng_state(rng.device(), torch::Tensor());
+    streams.tracker = rng.state();
+  }
+  top.entries.emplace_back(py_str("rng_state"), megatron_rng_state(streams, seed + 100ULL * static_cast<uint64_t>(grid.pp_rank()), grid.tp_rank()));
+  if (streams.cpu_tracker.defined()) top.entries.emplace_back(py_str("zerolm_rng_tracker"), py_tensor(streams.cpu_tracker));
+}
+
 // This rank's part as Megatron-LM's model_optim_rng.pt (--ckpt-format torch): `model`
 // under megatron-core's names, `args`, `iteration`, `checkpoint_version`, Megatron's own
 // `optimizer` and `opt_param_scheduler` (megatron_optimizer_state; the scheduler's state counted
@@ -527,18 +543,7 @@ void write_megatron_part(Gpt2& model, const ZeroEngine::FullState& full, const P
   top.entries.emplace_back(py_str("model"), module);
   top.entries.emplace_back(py_str("optimizer"), megatron_optimizer_state(*module, *m, *v, run));
   if (run.lr_scheduler) top.entries.emplace_back(py_str("opt_param_scheduler"), run.lr_scheduler);
-  if (rng.state().defined()) {  // a run's streams (a converted model has none)
-    PartRng streams;
-    streams.cpu = at::globalContext().defaultGenerator(torch::kCPU).get_state();
-    if (rng.device().is_cpu()) {
-      streams.cpu_tracker = rng.state();
-    } else {
-      streams.device = swap_rng_state(rng.device(), torch::Tensor());
-      streams.tracker = rng.state();
-    }
-    top.entries.emplace_back(py_str("rng_state"), megatron_rng_state(streams, run.seed + 100ULL * static_cast<uint64_t>(grid.pp_rank()), grid.tp_rank()));
-    if (streams.cpu_tracker.defined()) top.entries.emplace_back(py_str("zerolm_rng_tracker"), py_tensor(streams.cpu_tracker));
-  }
+  put_rng_state(top, rng, run.seed, grid);
   top.entries.emplace_back(py_str("zerolm_optimizer"), opt);
   save_torch_file(file.string(), top);
 }
@@ -605,13 +610,16 @@ void publish_checkpoint(const std::string& dir, const fs::path& tmp_dir, const s
 
 // This tensor-parallel rank's files of DeepSpeed's checkpoint (--ckpt-format deepspeed),
 // every data-parallel rank's partition written from the gathered state.
-void write_deepspeed_files(Gpt2& model, const ZeroEngine::FullState& full, const ProcessGrid& grid, const RunState& st, DeepSpeedRun run,
+void write_deepspeed_files(Gpt2& model, const ZeroEngine::FullState& full, const ProcessGrid& grid, const RngTracker& rng, const RunState& st,
+                           DeepSpeedRun run,
                            const fs::path& tag_dir) {
   const GlobalNamed named = by_global_name(model, full);
   const MegatronPart part = part_of(model, grid, st);  // one pipeline stage (save_checkpoint checks)
   run.dp_size = grid.dp_size();
   run.iteration = st.iteration;
   run.adam_step = full.step;
+  run.client_state = py_dict();  // Megatron-DeepSpeed saves its rng_state in the engine's client state
+  put_rng_state(*run.client_state, rng, run.seed, grid);
   write_deepspeed_part(tag_dir.string(), part, named.params, named.exp_avg, named.exp_avg_sq, run);
 }
 
@@ -683,7 +691,7 @@ void save_checkpoint(const std::string& dir, Gpt2& model, ZeroEngine& engine, Pr
     const Layout lay{grid.tp_size(), grid.pp_size(), static_cast<int64_t>(model->num_chunks())};
     const fs::path file = tmp_dir / shard_name(lay, grid.tp_rank(), grid.pp_rank()) / "model_optim_rng.pt";
     if (deepspeed) {
-      write_deepspeed_files(model, full, grid, st, *ds, tmp_dir);
+      write_deepspeed_files(model, full, grid, rng, st, *ds, tmp_dir);
     } else if (format == CheckpointFormat::kMegatron) {
       fs::create_directories(file.parent_path());
       write_megatron_part(model, full, grid, rng, st, *ds, file);

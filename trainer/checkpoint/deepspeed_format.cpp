@@ -436,6 +436,7 @@ class DeepSpeedReader {
   }
 
   void read_rank(int64_t tp, const PyValue& states, const fs::path& mfile) {
+    if (PartRng rng = read_megatron_rng(states, mfile.string()); rng.cpu.defined()) m_.rng[{tp, 0}] = std::move(rng);
     const std::vector<fs::path> files = optim_files(*tag_, tp);
     const PipeLayers pipe(*tag_, tp);
     if (pipe.empty() && m_.pp > 1)
@@ -851,7 +852,7 @@ std::shared_ptr<PyValue> universal_checkpoint_info() {
 
 // The engine's model-states file: the module (ZeRO 3: empty tensors, the weights being in the
 // partitions), the groups' parameter shapes in order, counters, the scheduler, the config, and
-// Megatron-DeepSpeed's client state (args, iteration).
+// Megatron-DeepSpeed's client state (args, iteration, and run.client_state's: its rng_state).
 PyValue model_states(const std::shared_ptr<PyValue>& module, const std::vector<Group>& groups, const MegatronPart& part,
                      const DeepSpeedRun& run, const std::shared_ptr<PyValue>& ds_config, const std::shared_ptr<PyValue>& optimizer) {
   const bool stage3 = run.stage == 3, zero = run.stage > 0;
@@ -898,6 +899,8 @@ PyValue model_states(const std::shared_ptr<PyValue>& module, const std::vector<G
   put("universal_checkpoint_info", universal_checkpoint_info());
   put("checkpoint_version", py_float(3.0));
   put("iteration", py_int(part.iteration));
+  if (run.client_state)
+    for (const auto& [k, v] : run.client_state->entries) put(k->as_str().c_str(), v);
   return top;
 }
 

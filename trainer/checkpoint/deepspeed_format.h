@@ -78,6 +78,7 @@ struct DeepSpeedRun {
   std::optional<int64_t> hysteresis_left;
   std::shared_ptr<PyValue> lr_scheduler;
   uint64_t seed = 0;  // --seed: Megatron's rng_state is seeded from it
+  std::shared_ptr<PyValue> client_state;  // further entries of the model-states files (a Dict: Megatron-DeepSpeed's rng_state)
 };
 
 // torch.optim.AdamW's state_dict() over one part's parameters (`module`, megatron_part_state's

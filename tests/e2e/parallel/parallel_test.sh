@@ -21,7 +21,9 @@
 #     PP2xDP2 at ZeRO-3 with parameter offload) as the uninterrupted run continued;
 #     also through Megatron-LM's format (--ckpt-format torch: TP2xPP2 -> 1 rank,
 #     PP2xDP2 ZeRO-3 -> TP2xDP2 ZeRO-1; TP2xPP2 with dropout -> the same layout,
-#     its dropout streams continued from rng_state);
+#     its dropout streams continued from rng_state) and DeepSpeed's (TP2xDP2 ZeRO-3
+#     -> 1 rank, TP2xDP2 ZeRO-1 -> PP2xDP2 ZeRO-2; TP2 with sequence parallelism and
+#     dropout in place, from its rng_state);
 #  5. the Megatron-DeepSpeed tutorial's TP 4 command with its DeepSpeed JSON (its batch rule
 #     counts data-parallel ranks: 12 = 1 x 12 accumulation x DP 1)
 #     (ZeRO-3, cpu_offload, fp16: fp32 on CPU) under our launcher and torchrun;
@@ -164,6 +166,11 @@ reshard_deepspeed() {  # NAME W1 "ARGS1" W2 "ARGS2"
 }
 reshard_deepspeed re_ds_tp2dp2z3_1 4 "${TP2[*]} --zero-stage 3" 1 ""
 reshard_deepspeed re_ds_tp2dp2z1_pp2dp2z2 4 "${TP2[*]} --zero-stage 1" 4 "${PP2[*]} --zero-stage 2"
+# Its model files carry Megatron-DeepSpeed's rng_state too: TP 2 with sequence parallelism and dropout, resumed in place.
+SPDROP="--sequence-parallel $DROP"
+reshard_deepspeed a_sp_ds 2 "${TP2[*]} $SPDROP" 2 "${TP2[*]} $SPDROP"
+grep -q "the dropout streams continue from its rng_state" a_sp_ds.log
+$CMP --rtol 0 --atol 0 a_sp a_sp_ds
 $CMP --rtol 1e-5 --atol 1e-5 ref re_tp2pp2_1 re_1_tp4 re_pp2dp2_tp2dp2 re_tp2dp2_pp2dp2z3 re_mf_tp2pp2_1 re_mf_pp2dp2z3_tp2dp2 \
   re_ds_tp2dp2z3_1 re_ds_tp2dp2z1_pp2dp2z2
 $BIN/convert_gpt --load tp2_pp2 --export-hf hf_from_tp2pp2 --vocab-file $DATA/gpt2-tiny-vocab.json --merge-file $DATA/gpt2-tiny-merges.txt > convert.log 2>&1 ||
