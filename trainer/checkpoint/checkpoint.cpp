@@ -160,7 +160,7 @@ class CheckpointReader {
       torch::Tensor sched;  // absent before the schedule skipped fp16's overflows: every sample counted
       scheduler_samples = ar.try_read("scheduler_samples", sched) ? sched.item<int64_t>() : consumed_train;
       if (torch::Tensor s; ar.try_read("loss_scale", s) && s.numel() == 3)
-        loss_scale = {s[0].item<double>(), s[1].item<int64_t>(), s[2].item<int64_t>()};
+        loss_scale = {s[0].item<double>(), s[1].item<double>(), s[2].item<double>()};
       torch::Tensor w;
       if (ar.try_read("world_size", w)) saved_world = w.item<int64_t>();
       files_[{0, 0}] = read_shard(ar, first.string(), 0);  // the same archive: not read again

@@ -276,64 +276,10 @@ namespace {
 // What the optimizer of an engine without ZeRO saved in the model file: torch's state dict, or
 // DeepSpeed's fp16/bf16 wrapper of it with fp32 master weights, one per parameter
 // (FP16_UnfusedOptimizer's fp32_groups) or one flat vector per group (FP16_Optimizer's
-// fp32_groups_flat, whose Adam state is one entry per group). Its entries are numbered through
-// one group of every parameter or Megatron's two (megatron_optimizer_groups). Moments are kept
-// only when every parameter has them in its own shape; master weights and moments are read only
-// when the groups are laid out so, else `why` says what did not fit.
-struct ModuleOptimizer {
-  std::map<std::string, torch::Tensor> master;
-  std::map<std::string, std::pair<torch::Tensor, torch::Tensor>> moments;
-  int64_t step = 0;
-  std::string why;
-};
-
-void read_module_optimizer(const std::vector<std::pair<std::string, torch::Tensor>>& params, const PyValue& opt, const PyValue* masters, bool flat,
-                           ModuleOptimizer& out) {
-  const PyValue& torch_opt = masters ? opt.at("optimizer_state_dict") : opt;
-  const PyValue& pg = torch_opt.at("param_groups");
-  std::vector<std::vector<size_t>> groups;
-  if (pg.is(PyValue::Kind::List) && pg.items.size() == 1) groups.emplace_back(params.size()), std::iota(groups[0].begin(), groups[0].end(), size_t{0});
-  else groups = megatron_optimizer_groups(params);
-  if (!pg.is(PyValue::Kind::List) || pg.items.size() != groups.size() || (masters && masters->items.size() != groups.size()))
-    return void(out.why = "its parameter groups (" + pg.describe() + ") are not Megatron's " + std::to_string(groups.size()));
-  const PyValue* state = torch_opt.find("state");
-  bool all = true;
-  int64_t index = 0;
-  for (size_t g = 0; g < groups.size(); ++g) {
-    if (pg.items[g]->at("params").items.size() != (flat ? 1 : groups[g].size()))
-      return void(out.why = strprintf("its parameter group %zu has %s parameters, the rule gives %zu", g, pg.items[g]->at("params").describe().c_str(), groups[g].size()));
-    int64_t total = 0;
-    for (size_t i : groups[g]) total += params[i].second.numel();
-    const PyValue* group_masters = masters ? masters->items[g].get() : nullptr;
-    if (group_masters && (flat ? group_masters->as_tensor().numel() != total : group_masters->items.size() != groups[g].size()))
-      return void(out.why = strprintf("its fp32 master weights of group %zu are %s, for %zu parameters of %ld numbers", g, group_masters->describe().c_str(),
-                                      groups[g].size(), (long)total));
-    const PyValue* group_step = pg.items[g]->find("step");  // a fused Adam's (apex's, DeepSpeed's)
-    const std::optional<AdamEntry> group_entry = flat ? adam_entry(state, index++, total) : std::nullopt;
-    int64_t offset = 0;
-    for (size_t i = 0; i < groups[g].size(); ++i) {
-      const auto& [name, w] = params[groups[g][i]];
-      const int64_t n = w.numel();
-      if (group_masters) {
-        const torch::Tensor m = (flat ? group_masters->as_tensor().flatten().narrow(0, offset, n) : group_masters->items[i]->as_tensor()).to(torch::kFloat);
-        if (m.numel() != n) return void(out.why = strprintf("its fp32 master weight of %s holds %ld numbers, the parameter %ld", name.c_str(), (long)m.numel(), (long)n));
-        out.master[name] = m.reshape(w.sizes());
-      }
-      const std::optional<AdamEntry> e = flat ? group_entry : adam_entry(state, index++, n);
-      if (e && (flat || e->shaped_as(w.sizes()))) {
-        const int64_t at = flat ? offset : 0;
-        out.moments[name] = {e->exp_avg.narrow(0, at, n).view(w.sizes()), e->exp_avg_sq.narrow(0, at, n).view(w.sizes())};
-        out.step = e->has_step || !group_step ? e->step : step_value(*group_step);
-      }
-      all = all && out.moments.count(name);
-      offset += n;
-    }
-  }
-  if (!all) out.moments.clear();
-}
-
-ModuleOptimizer module_optimizer(const PyValue& module, const PyValue* opt) {
-  ModuleOptimizer out;
+// fp32_groups_flat), read by read_torch_optimizer_state; without master weights a state of
+// another layout is no error (Adam starts afresh, as said at resume).
+TorchOptimizerState module_optimizer(const PyValue& module, const PyValue* opt) {
+  TorchOptimizerState out;
   if (!opt || !opt->is(PyValue::Kind::Dict)) return out;
   const PyValue* masters = opt->find("fp32_groups");
   bool flat = false;
@@ -346,11 +292,11 @@ ModuleOptimizer module_optimizer(const PyValue& module, const PyValue* opt) {
     if (v->is(PyValue::Kind::Tensor) && !is_extra_state(k->as_str())) params.emplace_back(k->as_str(), v->tensor);
   try {
     if (masters && !masters->is(PyValue::Kind::List)) throw Error(ErrorKind::Format, "its fp32 master weights are %s", masters->describe().c_str());
-    read_module_optimizer(params, *opt, masters, flat, out);
+    out = read_torch_optimizer_state(masters ? opt->at("optimizer_state_dict") : *opt, masters, flat, params);
   } catch (const Error& e) {
     out.why = e.what();
   }
-  if (!out.why.empty()) out.master.clear(), out.moments.clear();
+  if (!out.why.empty()) out.master.clear(), out.exp_avg.clear(), out.exp_avg_sq.clear();
   if (!masters) out.why.clear();  // torch's own state of another layout: Adam starts afresh, as said at resume
   return out;
 }
@@ -455,19 +401,19 @@ class DeepSpeedReader {
   // (module_optimizer).
   void from_module(int64_t tp, const PyValue& states, const fs::path& mfile) {
     const PyValue& module = states.at("module");
-    const ModuleOptimizer o = module_optimizer(module, states.find("optimizer"));
+    const TorchOptimizerState o = module_optimizer(module, states.find("optimizer"));
     if (const PyValue* opt = states.find("optimizer"); opt && opt->is(PyValue::Kind::Dict)) read_loss_scale(*opt, m_);
     if (!o.why.empty())
       ZLM_LOG_WRN("%s: the optimizer's fp32 master weights are not read (%s); the module's 16-bit weights are", mfile.c_str(), o.why.c_str());
-    if (o.moments.empty()) moments_ = false;
-    if (!o.moments.empty()) m_.adam_step = o.step;
+    if (o.exp_avg.empty()) moments_ = false;
+    if (!o.exp_avg.empty()) m_.adam_step = o.step;
     for (const auto& [k, v] : module.entries) {
       const std::string name = k->as_str();
       const auto w = o.master.find(name);
-      const auto m = o.moments.find(name);
+      const auto m = o.exp_avg.find(name), sq = o.exp_avg_sq.find(name);
       const torch::Tensor weight = w != o.master.end() ? w->second : v->is(PyValue::Kind::Tensor) ? v->as_tensor() : torch::Tensor();
-      join_.add(tp, 0, name, weight, mfile.string(), m != o.moments.end() ? m->second.first : torch::Tensor(),
-                m != o.moments.end() ? m->second.second : torch::Tensor());
+      join_.add(tp, 0, name, weight, mfile.string(), m != o.exp_avg.end() ? m->second : torch::Tensor(),
+                sq != o.exp_avg_sq.end() ? sq->second : torch::Tensor());
     }
   }
 

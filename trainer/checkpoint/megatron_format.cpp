@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <numeric>
 #include <optional>
 #include <vector>
 
@@ -168,40 +169,15 @@ struct PartOptimizer {
 };
 
 // FP32Optimizer's state (torch's optimizer state dict) or Float16OptimizerWithFloat16Params'
-// ({optimizer: that, fp32_from_fp16_params: the master weights per group}). The step is each
-// parameter's (torch's Adam) or its group's (apex's and Transformer Engine's FusedAdam).
+// ({optimizer: that, fp32_from_fp16_params: the master weights per group}).
 void read_torch_optimizer(const PyValue& opt, const std::vector<std::pair<std::string, torch::Tensor>>& params, PartOptimizer& out) {
   const PyValue* masters = opt.find("fp32_from_fp16_params");
-  const PyValue& inner = masters ? opt.at("optimizer") : opt;
-  const PyValue& pg = inner.at("param_groups");
-  const PyValue* state = inner.find("state");
-  const auto groups = megatron_optimizer_groups(params);
-  if (masters && (!masters->is(PyValue::Kind::List) || masters->items.size() != groups.size()))
+  if (masters && !masters->is(PyValue::Kind::List))
     return void(out.why = "its fp32_from_fp16_params is " + masters->describe() + ", not one list per group");
-  if (!pg.is(PyValue::Kind::List) || pg.items.size() != groups.size())
-    return void(out.why = "its optimizer has " + pg.describe() + " parameter groups, not Megatron's " + std::to_string(groups.size()));
-  for (size_t g = 0; g < groups.size(); ++g) {
-    const PyValue& members = pg.items[g]->at("params");
-    if (members.items.size() != groups[g].size())
-      return void(out.why = strprintf("its parameter group %zu has %zu parameters, Megatron's rule gives %zu", g, members.items.size(), groups[g].size()));
-    const PyValue* group_masters = masters ? masters->items[g].get() : nullptr;
-    // Only 16-bit parameters have a copy there: a group that also holds fp32 ones would not line up.
-    if (group_masters && (!group_masters->is(PyValue::Kind::List) || group_masters->items.size() != groups[g].size()))
-      return void(out.why = strprintf("its fp32 copies of group %zu are %s, for %zu parameters", g, group_masters->describe().c_str(), groups[g].size()));
-    for (size_t i = 0; i < groups[g].size(); ++i) {
-      const auto& [name, w] = params[groups[g][i]];
-      const std::optional<AdamEntry> e = adam_entry(state, members.items[i]->as_int(), w.numel());
-      if (!e || !e->shaped_as(w.sizes())) return void(out.why = "no Adam state of " + name + "'s shape in its optimizer");
-      out.exp_avg[name] = e->exp_avg.view(w.sizes()), out.exp_avg_sq[name] = e->exp_avg_sq.view(w.sizes());
-      const PyValue* group_step = pg.items[g]->find("step");
-      if (e->has_step || group_step) out.step = e->has_step ? e->step : step_value(*group_step);
-      if (group_masters) {
-        const torch::Tensor& mw = group_masters->items[i]->as_tensor();
-        if (mw.sizes() != w.sizes()) return void(out.why = "its fp32 copy of " + name + " is " + c10::str(mw.sizes()) + ", the parameter " + c10::str(w.sizes()));
-        out.master[name] = mw.to(torch::kFloat);
-      }
-    }
-  }
+  TorchOptimizerState s = read_torch_optimizer_state(masters ? opt.at("optimizer") : opt, masters, false, params);
+  out.why = !s.why.empty() ? s.why : s.no_moments.empty() ? "" : "no Adam state of " + s.no_moments + "'s shape in its optimizer";
+  out.master = std::move(s.master), out.exp_avg = std::move(s.exp_avg), out.exp_avg_sq = std::move(s.exp_avg_sq);
+  out.step = s.step;
 }
 
 // The distributed optimizer's state (--use-distributed-optimizer): the groups (with the step) in
@@ -381,6 +357,54 @@ std::optional<AdamEntry> adam_entry(const PyValue* state, int64_t index, int64_t
     e.has_step = true;
   }
   return e;
+}
+
+TorchOptimizerState read_torch_optimizer_state(const PyValue& torch_opt, const PyValue* masters, bool flat,
+                                               const std::vector<std::pair<std::string, torch::Tensor>>& params) {
+  TorchOptimizerState out;
+  const PyValue& pg = torch_opt.at("param_groups");
+  std::vector<std::vector<size_t>> groups;
+  if (pg.is(PyValue::Kind::List) && pg.items.size() == 1) groups.emplace_back(params.size()), std::iota(groups[0].begin(), groups[0].end(), size_t{0});
+  else groups = megatron_optimizer_groups(params);
+  if (!pg.is(PyValue::Kind::List) || pg.items.size() != groups.size() || (masters && masters->items.size() != groups.size()))
+    return out.why = "its parameter groups (" + pg.describe() + ") are not Megatron's " + std::to_string(groups.size()), out;
+  const PyValue* state = torch_opt.find("state");
+  for (size_t g = 0; g < groups.size(); ++g) {
+    const PyValue& members = pg.items[g]->at("params");
+    if (members.items.size() != (flat ? 1 : groups[g].size()))
+      return out.why = strprintf("its parameter group %zu has %s parameters, the rule gives %zu", g, members.describe().c_str(), groups[g].size()), out;
+    int64_t total = 0;
+    for (size_t i : groups[g]) total += params[i].second.numel();
+    // Only 16-bit parameters have a copy there: a group that also holds fp32 ones would not line up.
+    const PyValue* group_masters = masters ? masters->items[g].get() : nullptr;
+    if (group_masters && (flat ? group_masters->as_tensor().numel() != total : !group_masters->is(PyValue::Kind::List) || group_masters->items.size() != groups[g].size()))
+      return out.why = strprintf("its fp32 master weights of group %zu are %s, for %zu parameters of %ld numbers", g, group_masters->describe().c_str(),
+                                 groups[g].size(), (long)total), out;
+    const PyValue* group_step = pg.items[g]->find("step");
+    const std::optional<AdamEntry> group_entry = flat ? adam_entry(state, members.items[0]->as_int(), total) : std::nullopt;
+    int64_t offset = 0;
+    for (size_t i = 0; i < groups[g].size(); ++i) {
+      const auto& [name, w] = params[groups[g][i]];
+      const int64_t n = w.numel();
+      if (group_masters) {
+        const torch::Tensor m = (flat ? group_masters->as_tensor().flatten().narrow(0, offset, n) : group_masters->items[i]->as_tensor()).to(torch::kFloat);
+        if (flat ? m.numel() != n : m.sizes() != w.sizes())
+          return out.why = "its fp32 master weight of " + name + " is " + c10::str(m.sizes()) + ", the parameter " + c10::str(w.sizes()), out;
+        out.master[name] = m.reshape(w.sizes());
+      }
+      const std::optional<AdamEntry> e = flat ? group_entry : adam_entry(state, members.items[i]->as_int(), n);
+      if (!e || !(flat || e->shaped_as(w.sizes()))) {
+        if (out.no_moments.empty()) out.no_moments = name;
+      } else {
+        const int64_t at = flat ? offset : 0;
+        out.exp_avg[name] = e->exp_avg.narrow(0, at, n).view(w.sizes()), out.exp_avg_sq[name] = e->exp_avg_sq.narrow(0, at, n).view(w.sizes());
+        if (e->has_step || group_step) out.step = e->has_step ? e->step : step_value(*group_step);
+      }
+      offset += n;
+    }
+  }
+  if (!out.no_moments.empty()) out.exp_avg.clear(), out.exp_avg_sq.clear();
+  return out;
 }
 
 bool megatron_no_weight_decay(const std::string& name, const torch::Tensor& t) { return name.ends_with(".bias") || t.dim() == 1; }

@@ -129,6 +129,23 @@ std::vector<std::vector<size_t>> megatron_optimizer_groups(const std::vector<std
 // Megatron's rule for one parameter: no weight decay on biases and one-dimensional tensors.
 bool megatron_no_weight_decay(const std::string& name, const torch::Tensor& t);
 
+// Torch's optimizer state dict `torch_opt` over a part's parameters (name, tensor), numbered
+// through one group of them all or Megatron's two (megatron_optimizer_groups), and the fp32
+// master weights that a 16-bit optimizer keeps beside it (`masters`: per group a list, or with
+// `flat` one vector, as DeepSpeed's FP16_Optimizer keeps them, its Adam's state then one entry
+// per group). Read by both formats' readers (Megatron's Float16OptimizerWithFloat16Params and
+// FP32Optimizer, DeepSpeed's engine without ZeRO). The step is each parameter's (torch's Adam)
+// or its group's (a fused Adam: apex's, Transformer Engine's, DeepSpeed's). `why`: the groups do
+// not fit (nothing is read); `no_moments`: a parameter without Adam state of its shape (the
+// moments are left empty, the master weights read). A missing key throws zlm::Error(Format).
+struct TorchOptimizerState {
+  std::map<std::string, torch::Tensor> master, exp_avg, exp_avg_sq;
+  int64_t step = 0;
+  std::string why, no_moments;
+};
+TorchOptimizerState read_torch_optimizer_state(const PyValue& torch_opt, const PyValue* masters, bool flat,
+                                               const std::vector<std::pair<std::string, torch::Tensor>>& params);
+
 // A step count as torch's optimizers save it: a tensor (torch's Adam), an int or a float.
 int64_t step_value(const PyValue& v);
 
