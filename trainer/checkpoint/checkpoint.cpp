@@ -315,10 +315,6 @@ void check_same_model(const std::string& where, const std::string& what, const G
                 s.vocab_size > c.vocab_size ? "dropped" : "added (copies of the last row)");
 }
 
-// A checkpoint of Megatron-LM or DeepSpeed (megatron_format.h,
-// deepspeed_format.h): its weights, cut for this rank, its iteration and
-// consumed samples, and Adam's moments and step where it has them (else they
-// start at zero).
 // The dropout streams of this rank's part of an imported checkpoint saved in this layout, where
 // its rng_state has them: torch's CPU generator, and the model-parallel tracker (a GPU run's
 // CUDA states; on CPUs, the CPU state a zerolm run keeps beside them). Whether every stream of
@@ -344,6 +340,11 @@ bool restore_streams(const ImportedModel& m, ProcessGrid& grid, RngTracker& rng)
   return true;
 }
 
+// A checkpoint of Megatron-LM or DeepSpeed (megatron_format.h,
+// deepspeed_format.h): its weights, cut for this rank, its iteration and
+// consumed samples, Adam's moments and step where it has them (else they
+// start at zero), the schedule's samples, fp16's loss scale and, in the same
+// layout, the dropout streams.
 bool load_imported_checkpoint(const TrainArgs& a, ImportedModel m, Gpt2& model, ZeroEngine& engine, ProcessGrid& grid, RngTracker& rng,
                               RunState& st) {
   const Gpt2Config& c = model->config();
@@ -611,8 +612,7 @@ void publish_checkpoint(const std::string& dir, const fs::path& tmp_dir, const s
 // This tensor-parallel rank's files of DeepSpeed's checkpoint (--ckpt-format deepspeed),
 // every data-parallel rank's partition written from the gathered state.
 void write_deepspeed_files(Gpt2& model, const ZeroEngine::FullState& full, const ProcessGrid& grid, const RngTracker& rng, const RunState& st,
-                           DeepSpeedRun run,
-                           const fs::path& tag_dir) {
+                           DeepSpeedRun run, const fs::path& tag_dir) {
   const GlobalNamed named = by_global_name(model, full);
   const MegatronPart part = part_of(model, grid, st);  // one pipeline stage (save_checkpoint checks)
   run.dp_size = grid.dp_size();

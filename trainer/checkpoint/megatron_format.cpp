@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <numeric>
 #include <optional>
 #include <vector>
@@ -434,7 +435,7 @@ void read_grad_scaler(const PyValue& top, ImportedModel& m) {
   const PyValue* growth = g->find("growth_tracker");
   const PyValue* hysteresis = g->find("hysteresis_tracker");
   m.loss_scale_growth = growth && growth->is(PyValue::Kind::Int) ? growth->as_int() : 0;
-  m.loss_scale_hysteresis = hysteresis && hysteresis->is(PyValue::Kind::Int) ? hysteresis->as_int() : 0;
+  m.loss_scale_hysteresis = hysteresis && hysteresis->is(PyValue::Kind::Int) ? hysteresis->as_int() : std::numeric_limits<int64_t>::max();  // unsaid: all of it
 }
 
 }  // namespace

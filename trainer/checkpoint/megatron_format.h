@@ -78,7 +78,8 @@ struct ImportedModel {
   int64_t consumed_train = 0, consumed_valid = 0;  // samples (args.consumed_*_samples; else iteration x global batch)
   int64_t scheduler_samples = -1;
   // fp16's dynamic loss scale and its trackers, where the optimizer state keeps them (Megatron's
-  // grad_scaler); scale 0: none.
+  // grad_scaler, DeepSpeed's loss scaler); scale 0: none. A hysteresis not saved is INT64_MAX:
+  // all of it.
   double loss_scale = 0;
   int64_t loss_scale_growth = 0, loss_scale_hysteresis = 0;  // the learning-rate scheduler's num_steps where saved (fp16's skips not counted); -1: consumed_train
   // The vocabulary behind config.vocab_size's padded rows, where args say it:
@@ -197,7 +198,7 @@ std::shared_ptr<PyValue> megatron_state_dict(Gpt2& model);
 // The samples the learning-rate schedule has counted, from a file's scheduler state
 // (opt_param_scheduler, or lr_scheduler as older Megatron and DeepSpeed's engine name it):
 // its num_steps, which fp16's skipped iterations do not advance. -1 when absent, or when not
-// within 0..m.consumed_train (a schedule counted in iterations, as Megatron's before 2021).
+// within 0..m.consumed_train (no count of these samples).
 int64_t scheduler_samples_of(const PyValue& top, const ImportedModel& m);
 
 // Megatron's args describing the part's model, layout and counters.
