@@ -341,9 +341,9 @@ double TrainArgs::warmup_samples() const {
   return 0;
 }
 
-// megatron-core's OptimizerParamScheduler.get_lr after `it` iterations, as it computes it: its
-// steps count samples (num_steps = it * global batch), and the order of operations is its own, so
-// that the learning rate is Megatron's to the bit (also a warm-up that ends inside an iteration).
+// megatron-core's OptimizerParamScheduler.get_lr once its num_steps is `samples` (the global
+// batches of the updates taken), as it computes it: the order of operations is its own, so that
+// the learning rate is Megatron's to the bit (also a warm-up that ends inside an iteration).
 double megatron_lr(const TrainArgs& a, int64_t samples) {
   const double num_steps = static_cast<double>(samples);
   const double warmup = a.warmup_samples(), decay = static_cast<double>(a.decay_samples());
