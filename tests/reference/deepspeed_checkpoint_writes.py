@@ -15,9 +15,14 @@ OptimizerParamScheduler as its lr_scheduler, at the same stage and rank count:
     files, the second of them is off by 3e-3: the check can fail);
   - DeepSpeed's get_fp32_state_dict_from_zero_checkpoint reads the weights (ZeRO 1-3).
 And pretrain_gpt --load of the same checkpoint continues with those losses too.
+Tensor parallelism: pretrain_gpt at TP 2 (ZeRO 0 and 1) writes one set of files per
+tensor-parallel rank, and DeepSpeed's engine over megatron-core's TP 2 GPTModel (two
+Gloo processes, megatron-core's groups handed to it as Megatron-DeepSpeed's mpu)
+loads each rank's files and continues with pretrain_gpt's losses.
 
   deepspeed_checkpoint_writes.py BIN_DIR DATA_DIR WORK_DIR    (exit 77: a package is missing)
 """
+import json
 import os
 import shutil
 import sys
@@ -49,6 +54,46 @@ def worker(rank, world, stages, out):
         continue_run(engine, sched, loaded, sample, rank, world, N + 1, K, os.path.join(out, f"{stage}.json"))
     end_worker()
 
+
+
+TP_STAGES = (0, 1)  # ZeRO stages of the TP 2 cases (2 ranks: TP 2 x DP 1)
+
+
+def tp_ckpt_of(stage):
+    return os.path.join(WORK, f"ours_tp2_z{stage}")
+
+
+def tp_worker(rank, world, stages, out):
+    start_worker(out, rank, world, tp=2)
+    sample = sample_reader(RUN.data, RUN.index)
+    for stage in stages:
+        engine, sched = cosine_engine(world, stage, N + K, WARMUP, MIN_LR, tp=2)
+        loaded = engine.load_checkpoint(tp_ckpt_of(stage), tag=f"global_step{N}")
+        continue_run(engine, sched, loaded, sample, rank, world, N + 1, K, os.path.join(out, f"{stage}.json"), tp=2)
+    end_worker()
+
+
+def tensor_parallel_cases():
+    """DeepSpeed's engine at TP 2 continues pretrain_gpt's TP 2 checkpoints (one set of files per tensor-parallel rank)."""
+    import torch.multiprocessing as mp
+    ok = True
+    ours = {}
+    for stage in TP_STAGES:
+        RUN.pretrain(tp_ckpt_of(stage), "--nproc-per-node", "2", "--tensor-model-parallel-size", "2", "--zero-stage", str(stage),
+                     "--ckpt-format", "deepspeed", "--save-interval", str(N), schedule=SCHEDULE)
+        ours[stage] = Run.losses(tp_ckpt_of(stage))
+    out = fresh_dir(os.path.join(WORK, "ds_tp2"))
+    mp.spawn(tp_worker, args=(2, list(TP_STAGES), out), nprocs=2, join=True)
+    for stage in TP_STAGES:
+        with open(os.path.join(out, f"{stage}.json")) as f:
+            ds = json.load(f)
+        theirs = {int(k): v for k, v in ds["losses"].items()}
+        files = sorted(f for f in os.listdir(os.path.join(tp_ckpt_of(stage), f"global_step{N}")) if f.endswith(".pt"))
+        diff = worst(theirs, ours[stage])
+        ok &= check(ds["loaded"] and ds["iteration"] == N and ds["scheduler_steps"] == N * GLOBAL and diff <= TOLERANCE,
+                    f"tp2_z{stage}: DeepSpeed's engine at TP 2 loads {', '.join(files)} and continues iterations {N + 1}-{N + K} with "
+                    f"pretrain_gpt's losses within {diff:.1e} (relative)")
+    return ok
 
 
 def worst(ours, theirs):
@@ -95,6 +140,7 @@ def main():
         diff = worst(again, ours[(world, stage)])
         ok &= check("Adam's moments and step" in log and sorted(again) == list(range(N + 1, N + K + 1)) and diff <= TOLERANCE,
                     f"{name}: pretrain_gpt --load of it continues with the same losses within {diff:.1e}")
+    ok &= tensor_parallel_cases()
     sys.exit(0 if ok else 1)
 
 

@@ -65,16 +65,23 @@ class Run:
         return out
 
     @staticmethod
-    def iteration(engine, sample, it, rank, world, lr_kwargs=None):
+    def iteration(engine, sample, it, rank, world, lr_kwargs=None, tp=1):
         """Iteration `it` (from 1) of the engine on this rank's share of the global batch, in
-        pretrain_gpt's order; returns the loss averaged over every rank."""
-        steps = GLOBAL // (MICRO * world)  # micro-batches per rank per iteration
+        pretrain_gpt's order; returns the loss averaged over every rank. With tp > 1 the ranks are
+        TP x DP in Megatron's order (the tensor-parallel ones adjacent), each data-parallel rank's
+        tensor-parallel ranks take the same samples, and the logits are split by vocabulary."""
+        from megatron.core.tensor_parallel import vocab_parallel_cross_entropy
+        dp, dp_rank = world // tp, rank // tp
+        steps = GLOBAL // (MICRO * dp)  # micro-batches per rank per iteration
         total = torch.zeros(())
         for m in range(steps):
-            first = (it - 1) * GLOBAL + rank * steps * MICRO + m * MICRO
+            first = (it - 1) * GLOBAL + dp_rank * steps * MICRO + m * MICRO
             batch = torch.tensor(np.stack([sample(first + b) for b in range(MICRO)]).astype(np.int64))
             logits = engine(batch[:, :-1], positions(SEQ), causal_mask(SEQ))
-            loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), batch[:, 1:].reshape(-1))
+            if tp > 1:
+                loss = vocab_parallel_cross_entropy(logits.float(), batch[:, 1:]).mean()
+            else:
+                loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), batch[:, 1:].reshape(-1))
             engine.backward(loss)
             engine.step(lr_kwargs=lr_kwargs)
             total += loss.detach()
@@ -101,31 +108,50 @@ def adamw_groups(model, weight_decay=0.01):
                               {"params": no_decay, "weight_decay": 0.0, "wd_mult": 0.0, "lr_mult": 1.0}], lr=LR)
 
 
-def cosine_engine(world, stage, iters, warmup, min_lr, **config):
+class TensorParallelMpu:
+    """megatron-core's process groups as DeepSpeed's engine asks for them (Megatron-DeepSpeed's
+    mpu): its model parallelism is the tensor parallelism here."""
+
+    def __init__(self):
+        from megatron.core import parallel_state as ps
+        self.get_model_parallel_rank = ps.get_tensor_model_parallel_rank
+        self.get_model_parallel_world_size = ps.get_tensor_model_parallel_world_size
+        self.get_model_parallel_group = ps.get_tensor_model_parallel_group
+        self.get_model_parallel_src_rank = ps.get_tensor_model_parallel_src_rank
+        for name in ("rank", "world_size", "group", "src_rank"):
+            setattr(self, f"get_tensor_model_parallel_{name}", getattr(ps, f"get_tensor_model_parallel_{name}"))
+        for name in ("rank", "world_size", "group"):
+            setattr(self, f"get_data_parallel_{name}", getattr(ps, f"get_data_parallel_{name}"))
+            setattr(self, f"get_pipeline_model_parallel_{name}", getattr(ps, f"get_pipeline_model_parallel_{name}"))
+
+
+def cosine_engine(world, stage, iters, warmup, min_lr, tp=1, **config):
     """DeepSpeed's engine over megatron-core's GPTModel (other initial weights than pretrain_gpt's, so a
     load must replace them), torch's AdamW in Megatron's groups and megatron-core's cosine scheduler
-    with warm-up over `iters` iterations (it counts samples), at ZeRO `stage`; returns (engine, scheduler)."""
+    with warm-up over `iters` iterations (it counts samples), at ZeRO `stage`; with tp > 1 this rank's
+    tensor-parallel part (start_worker's groups); returns (engine, scheduler)."""
     import deepspeed
     from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
-    model = megatron_cpu.gpt(L, H, HEADS, SEQ, VOCAB, seed=77)
+    model = megatron_cpu.gpt(L, H, HEADS, SEQ, VOCAB, seed=77, tp=tp)
     opt = adamw_groups(model)
     steps = iters * GLOBAL
     sched = OptimizerParamScheduler(opt, init_lr=0.0, max_lr=LR, min_lr=min_lr, lr_warmup_steps=warmup * GLOBAL, lr_decay_steps=steps,
                                     lr_decay_style="cosine", start_wd=0.01, end_wd=0.01, wd_incr_steps=steps, wd_incr_style="constant")
-    cfg = {"train_micro_batch_size_per_gpu": MICRO, "gradient_accumulation_steps": GLOBAL // (MICRO * world),
+    cfg = {"train_micro_batch_size_per_gpu": MICRO, "gradient_accumulation_steps": GLOBAL // (MICRO * (world // tp)),
            "zero_optimization": {"stage": stage}, "gradient_clipping": 0.0, "steps_per_print": 10 ** 9, **config}
-    engine, _, _, _ = deepspeed.initialize(model=model, optimizer=opt, lr_scheduler=sched, config=cfg, dist_init_required=False)
+    engine, _, _, _ = deepspeed.initialize(model=model, optimizer=opt, lr_scheduler=sched, config=cfg, dist_init_required=False,
+                                           mpu=TensorParallelMpu() if tp > 1 else None)
     return engine, sched
 
 
-def continue_run(engine, sched, loaded, sample, rank, world, first, count, path):
+def continue_run(engine, sched, loaded, sample, rank, world, first, count, path, tp=1):
     """After engine.load_checkpoint returned `loaded` (its path and client state): the load's
     outcome and the losses of iterations first..first+count-1, written by rank 0 to `path` as JSON."""
     where, client = loaded
     state = {"loaded": where is not None, "iteration": client.get("iteration") if client else None, "global_steps": engine.global_steps,
              "scheduler_steps": sched.num_steps, "losses": {}}
     for it in range(first, first + count):
-        state["losses"][it] = Run.iteration(engine, sample, it, rank, world, lr_kwargs={"increment": GLOBAL})
+        state["losses"][it] = Run.iteration(engine, sample, it, rank, world, lr_kwargs={"increment": GLOBAL}, tp=tp)
     if rank == 0:
         with open(path, "w") as f:
             json.dump(state, f)
@@ -149,11 +175,12 @@ def spawn_engines(worker, cases, work):
     return states
 
 
-def start_worker(out, rank, world):
-    """A spawned rank: its environment for DeepSpeed, one thread, and the Gloo group (megatron_cpu)."""
+def start_worker(out, rank, world, tp=1):
+    """A spawned rank: its environment for DeepSpeed, one thread, and the Gloo group (megatron_cpu,
+    with tp-way tensor parallelism)."""
     os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world))
     torch.set_num_threads(1)
-    megatron_cpu.init(out, rank, world)
+    megatron_cpu.init(out, rank, world, tp)
 
 
 def end_worker():

@@ -48,9 +48,9 @@ def config(layers, hidden, heads, erf=False, tp=1, pp=1):
                              attention_dropout=0.0, init_method_std=0.02)
 
 
-def gpt(layers, hidden, heads, seq, vocab, seed, erf=False):
+def gpt(layers, hidden, heads, seq, vocab, seed, erf=False, tp=1):
     torch.manual_seed(seed)
-    return GPTModel(config(layers, hidden, heads, erf), get_gpt_layer_local_spec(), vocab_size=vocab, max_sequence_length=seq,
+    return GPTModel(config(layers, hidden, heads, erf, tp=tp), get_gpt_layer_local_spec(), vocab_size=vocab, max_sequence_length=seq,
                     position_embedding_type="learned_absolute", share_embeddings_and_output_weights=True)
 
 
