@@ -15,10 +15,11 @@ OptimizerParamScheduler as its lr_scheduler, at the same stage and rank count:
     files, the second of them is off by 3e-3: the check can fail);
   - DeepSpeed's get_fp32_state_dict_from_zero_checkpoint reads the weights (ZeRO 1-3).
 And pretrain_gpt --load of the same checkpoint continues with those losses too.
-Tensor parallelism: pretrain_gpt at TP 2 (ZeRO 0 and 1) writes one set of files per
-tensor-parallel rank, and DeepSpeed's engine over megatron-core's TP 2 GPTModel (two
-Gloo processes, megatron-core's groups handed to it as Megatron-DeepSpeed's mpu)
-loads each rank's files and continues with pretrain_gpt's losses.
+Tensor parallelism: pretrain_gpt at TP 2 (TP 2 x DP 1 at ZeRO 0-3, TP 2 x DP 2 at
+ZeRO 1 and 3) writes one set of files per tensor-parallel rank, and DeepSpeed's
+engine over megatron-core's TP 2 GPTModel (Gloo processes, megatron-core's groups
+handed to it as Megatron-DeepSpeed's mpu) loads each rank's files and continues
+with pretrain_gpt's losses.
 
   deepspeed_checkpoint_writes.py BIN_DIR DATA_DIR WORK_DIR    (exit 77: a package is missing)
 """
@@ -56,11 +57,12 @@ def worker(rank, world, stages, out):
 
 
 
-TP_STAGES = (0, 1)  # ZeRO stages of the TP 2 cases (2 ranks: TP 2 x DP 1)
+# The TP 2 cases: (ranks, ZeRO stage); 2 ranks are TP 2 x DP 1, 4 ranks TP 2 x DP 2.
+TP_CASES = [(2, 0), (2, 1), (2, 2), (2, 3), (4, 1), (4, 3)]
 
 
-def tp_ckpt_of(stage):
-    return os.path.join(WORK, f"ours_tp2_z{stage}")
+def tp_ckpt_of(world, stage):
+    return os.path.join(WORK, f"ours_tp2_w{world}_z{stage}")
 
 
 def tp_worker(rank, world, stages, out):
@@ -68,7 +70,7 @@ def tp_worker(rank, world, stages, out):
     sample = sample_reader(RUN.data, RUN.index)
     for stage in stages:
         engine, sched = cosine_engine(world, stage, N + K, WARMUP, MIN_LR, tp=2)
-        loaded = engine.load_checkpoint(tp_ckpt_of(stage), tag=f"global_step{N}")
+        loaded = engine.load_checkpoint(tp_ckpt_of(world, stage), tag=f"global_step{N}")
         continue_run(engine, sched, loaded, sample, rank, world, N + 1, K, os.path.join(out, f"{stage}.json"), tp=2)
     end_worker()
 
@@ -78,21 +80,23 @@ def tensor_parallel_cases():
     import torch.multiprocessing as mp
     ok = True
     ours = {}
-    for stage in TP_STAGES:
-        RUN.pretrain(tp_ckpt_of(stage), "--nproc-per-node", "2", "--tensor-model-parallel-size", "2", "--zero-stage", str(stage),
+    for world, stage in TP_CASES:
+        RUN.pretrain(tp_ckpt_of(world, stage), "--nproc-per-node", str(world), "--tensor-model-parallel-size", "2", "--zero-stage", str(stage),
                      "--ckpt-format", "deepspeed", "--save-interval", str(N), schedule=SCHEDULE)
-        ours[stage] = Run.losses(tp_ckpt_of(stage))
-    out = fresh_dir(os.path.join(WORK, "ds_tp2"))
-    mp.spawn(tp_worker, args=(2, list(TP_STAGES), out), nprocs=2, join=True)
-    for stage in TP_STAGES:
-        with open(os.path.join(out, f"{stage}.json")) as f:
-            ds = json.load(f)
-        theirs = {int(k): v for k, v in ds["losses"].items()}
-        files = sorted(f for f in os.listdir(os.path.join(tp_ckpt_of(stage), f"global_step{N}")) if f.endswith(".pt"))
-        diff = worst(theirs, ours[stage])
-        ok &= check(ds["loaded"] and ds["iteration"] == N and ds["scheduler_steps"] == N * GLOBAL and diff <= TOLERANCE,
-                    f"tp2_z{stage}: DeepSpeed's engine at TP 2 loads {', '.join(files)} and continues iterations {N + 1}-{N + K} with "
-                    f"pretrain_gpt's losses within {diff:.1e} (relative)")
+        ours[(world, stage)] = Run.losses(tp_ckpt_of(world, stage))
+    for world in sorted({w for w, _ in TP_CASES}):
+        stages = [s for w, s in TP_CASES if w == world]
+        out = fresh_dir(os.path.join(WORK, f"ds_tp2_w{world}"))
+        mp.spawn(tp_worker, args=(world, stages, out), nprocs=world, join=True)
+        for stage in stages:
+            with open(os.path.join(out, f"{stage}.json")) as f:
+                ds = json.load(f)
+            theirs = {int(k): v for k, v in ds["losses"].items()}
+            files = [f for f in os.listdir(os.path.join(tp_ckpt_of(world, stage), f"global_step{N}")) if f.endswith(".pt")]
+            diff = worst(theirs, ours[(world, stage)])
+            ok &= check(ds["loaded"] and ds["iteration"] == N and ds["scheduler_steps"] == N * GLOBAL and diff <= TOLERANCE,
+                        f"tp2_w{world}_z{stage}: DeepSpeed's engine at TP 2 x DP {world // 2} loads its {len(files)} files and continues "
+                        f"iterations {N + 1}-{N + K} with pretrain_gpt's losses within {diff:.1e} (relative)")
     return ok
 
 
