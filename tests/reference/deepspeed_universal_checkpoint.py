@@ -21,10 +21,13 @@ on the CPU:
     scheduler setting lr and weight decay), as a user must, and says so.
 And tensor parallelism: a TP 2 run's files convert, the converter's merged fp32
 weights equal what convert_gpt reads from the same files (the merge patterns of
-the row-parallel and replicated tensors are right).
+the row-parallel and replicated tensors are right), and engines at TP 2 (two
+processes, megatron-core's TP 2 GPTModel) and at TP 1 load the universal
+checkpoint and continue with the uninterrupted TP 2 run's losses.
 
   deepspeed_universal_checkpoint.py BIN_DIR DATA_DIR WORK_DIR    (exit 77: a package is missing)
 """
+import json
 import os
 import subprocess
 import sys
@@ -89,6 +92,16 @@ def worker(rank, world, jobs, out):
 
 
 
+def tp_worker(rank, world, _jobs, out):
+    """TP 2 x DP 1 at ZeRO 1: the TP 2 run's universal checkpoint loaded by an engine of the same layout."""
+    start_worker(out, rank, world, tp=2)
+    sample = sample_reader(RUN.data, RUN.index)
+    engine, sched = cosine_engine(world, 1, N + K, WARMUP, MIN_LR, tp=2, checkpoint={"load_universal": True})
+    loaded = engine.load_checkpoint(os.path.join(WORK, "univ_tp2"), tag=TAG)
+    continue_run(engine, sched, loaded, sample, rank, world, N + 1, K, os.path.join(out, "tp2.json"), tp=2)
+    end_worker()
+
+
 def conversions():
     """Every case converted, its tensors against the truth; returns (ok, our losses by case)."""
     ok, ours, truth = True, {}, {}
@@ -113,8 +126,9 @@ def conversions():
     return ok, ours
 
 
-def tensor_parallel():
-    """TP 2: the converter's merged weights against convert_gpt's reading of the same files."""
+def tensor_parallel(ours):
+    """TP 2: the converter's merged weights against convert_gpt's reading of the same files, and a
+    TP 2 engine continuing from it; ours["tp2"]: the uninterrupted TP 2 run's losses."""
     d, u, m = (os.path.join(WORK, x) for x in ("ours_tp2", "univ_tp2", "merged_tp2"))
     RUN.pretrain(d, "--nproc-per-node", "2", "--tensor-model-parallel-size", "2", "--zero-stage", "1", "--exit-interval", str(N),
                  "--ckpt-format", "deepspeed", schedule=SCHEDULE)  # saved at N, which `latest` names
@@ -127,21 +141,37 @@ def tensor_parallel():
     sd = torch.load(os.path.join(m, f"iter_{N:07d}", "mp_rank_00", "model_optim_rng.pt"), weights_only=False)["model"]
     want = {k: v for k, v in sd.items() if torch.is_tensor(v)}
     diff = max((converted(u, p, "fp32", w.shape) - w).abs().max().item() for p, w in want.items())
-    return check(diff == 0, f"tp2: its merged fp32 weights of all {len(want)} parameters (row-parallel, replicated, column-parallel) equal "
-                 f"convert_gpt's reading of the same files (largest difference {diff:.1e})")
+    ok = check(diff == 0, f"tp2: its merged fp32 weights of all {len(want)} parameters (row-parallel, replicated, column-parallel) equal "
+               f"convert_gpt's reading of the same files (largest difference {diff:.1e})")
+    # DeepSpeed's engine at TP 2 loads it (each rank cutting its part) and continues as the uninterrupted TP 2 run.
+    whole = os.path.join(WORK, "ours_tp2_whole")
+    RUN.pretrain(whole, "--nproc-per-node", "2", "--tensor-model-parallel-size", "2", "--zero-stage", "1", schedule=SCHEDULE)
+    want = ours["tp2"] = Run.losses(whole)
+    import torch.multiprocessing as mp
+    out = fresh_dir(os.path.join(WORK, "ds_tp2"))
+    mp.spawn(tp_worker, args=(2, None, out), nprocs=2, join=True)
+    with open(os.path.join(out, "tp2.json")) as f:
+        ds = json.load(f)
+    got = {int(k): v for k, v in ds["losses"].items()}
+    diff = max(abs(got[it] - want[it]) / abs(want[it]) for it in range(N + 1, N + K + 1))
+    return ok & check(ds["loaded"] and ds["iteration"] == N and ds["scheduler_steps"] == N * GLOBAL and diff <= TOLERANCE,
+                      f"tp2: DeepSpeed's engine at TP 2 loads the universal checkpoint and continues iterations {N + 1}-{N + K} with "
+                      f"pretrain_gpt's losses within {diff:.1e} (relative)")
 
 
 def main():
     fresh_dir(WORK)
     ok, ours = conversions()
-    ok &= tensor_parallel()
+    ours = {f"w{world}_z{stage}": losses for (world, stage), losses in ours.items()}
+    ok &= tensor_parallel(ours)
     if not ok:
         sys.exit(1)
-    # Each case at its own layout, and w2_z1's on one rank at ZeRO 2 (what universal checkpoints are for).
-    jobs = [(world, f"{stage}-w{world}_z{stage}") for world, stage in CASES] + [(1, "2-w2_z1")]
+    # Each case at its own layout, w2_z1's on one rank at ZeRO 2 (what universal checkpoints are for), and the TP 2 run's on
+    # one rank (TP 1; the tiny vocabulary is padded alike at TP 1 and 2).
+    jobs = [(world, f"{stage}-w{world}_z{stage}") for world, stage in CASES] + [(1, "2-w2_z1"), (1, "1-tp2")]
     for (world, job), ds in spawn_engines(worker, jobs, WORK).items():
         stage, source = int(job.split("-")[0]), job.split("-", 1)[1]
-        want = ours[tuple(int(x) for x in source[1:].split("_z"))]
+        want = ours[source]
         diff = max(abs(ds["losses"][it] - want[it]) / abs(want[it]) for it in range(N + 1, N + K + 1))
         ok &= check(ds["loaded"] and ds["iteration"] == N and ds["global_steps"] == N and ds["scheduler_steps"] == N * GLOBAL and diff <= TOLERANCE,
                     f"{source} at ZeRO {stage} on {world} rank(s): DeepSpeed's engine loads the universal checkpoint"
