@@ -19,6 +19,8 @@ on the CPU:
     the first group's hyperparameters; the test undoes both after the load (each
     state its own step, each group the multipliers the engine was built with, the
     scheduler setting lr and weight decay), as a user must, and says so.
+The files of --bf16 and --fp16 runs (ZeRO 1 on one rank, ZeRO 3 on two) convert
+too, with the run's fp32 weights and moments exactly.
 And tensor parallelism: a TP 2 run's files convert, the converter's merged fp32
 weights equal what convert_gpt reads from the same files (the merge patterns of
 the row-parallel and replicated tensors are right), and engines at TP 2 (two
@@ -44,10 +46,6 @@ SCHEDULE = ("--lr-decay-style", "cosine", "--lr-warmup-iters", str(WARMUP), "--m
 CASES = [(1, 1), (2, 1), (2, 2), (1, 3), (2, 3)]
 TOLERANCE = 1e-5
 TAG = f"global_step{N}"
-
-
-def universal(world, stage):
-    return os.path.join(WORK, f"univ_w{world}_z{stage}")
 
 
 def convert(src, dst):
@@ -102,25 +100,26 @@ def tp_worker(rank, world, _jobs, out):
     end_worker()
 
 
-def conversions():
-    """Every case converted, its tensors against the truth; returns (ok, our losses by case)."""
+def conversions(cases=CASES, precision=None):
+    """Every case converted, its tensors against the truth; returns (ok, our losses by case).
+    precision: "bf16" or "fp16", the files of DeepSpeed's engine of that precision."""
     ok, ours, truth = True, {}, {}
-    for world, stage in CASES:
-        d = os.path.join(WORK, f"ours_w{world}_z{stage}")
-        common = ("--nproc-per-node", str(world), "--zero-stage", str(stage), "--save-interval", str(N))
+    for world, stage in cases:
+        name = f"w{world}_z{stage}" + (f"_{precision}" if precision else "")
+        d, u = os.path.join(WORK, "ours_" + name), os.path.join(WORK, "univ_" + name)
+        common = ("--nproc-per-node", str(world), "--zero-stage", str(stage), "--save-interval", str(N)) + ((f"--{precision}",) if precision else ())
         RUN.pretrain(d, *common, "--ckpt-format", "deepspeed", schedule=SCHEDULE)
-        ours[(world, stage)] = Run.losses(d)
-        t = os.path.join(WORK, f"truth_w{world}_z{stage}")  # stages sum gradients in their own order: the truth of the same stage
+        ours[name] = Run.losses(d)
+        t = os.path.join(WORK, "truth_" + name)  # stages sum gradients in their own order: the truth of the same stage
         RUN.pretrain(t, *common, "--ckpt-format", "torch", schedule=SCHEDULE)
         sd = torch.load(os.path.join(t, f"iter_{N:07d}", "mp_rank_00", "model_optim_rng.pt"), weights_only=False)
-        weights = {k: v for k, v in sd["model"].items() if torch.is_tensor(v)}
+        weights = {k: v.float() for k, v in sd["model"].items() if torch.is_tensor(v)}
         want = {"fp32": weights, **{s: {k: sd["zerolm_optimizer"][s][k] for k in weights} for s in ("exp_avg", "exp_avg_sq")}}
-        rc, log = convert(d, universal(world, stage))
-        name = f"w{world}_z{stage}"
+        rc, log = convert(d, u)
         if not check(rc == 0, f"{name}: ds_to_universal converts it" + ("" if rc == 0 else f":\n{log}")):
             ok = False
             continue
-        diff = max((converted(universal(world, stage), p, s, w.shape) - w).abs().max().item() for s, ws in want.items() for p, w in ws.items())
+        diff = max((converted(u, p, s, w.shape) - w).abs().max().item() for s, ws in want.items() for p, w in ws.items())
         ok &= check(diff == 0, f"{name}: its fp32, exp_avg and exp_avg_sq of all {len(want['fp32'])} parameters equal pretrain_gpt's "
                     f"(largest difference {diff:.1e})")
     return ok, ours
@@ -162,7 +161,8 @@ def tensor_parallel(ours):
 def main():
     fresh_dir(WORK)
     ok, ours = conversions()
-    ours = {f"w{world}_z{stage}": losses for (world, stage), losses in ours.items()}
+    for precision in ("bf16", "fp16"):  # the files of DeepSpeed's engines of those precisions (trained in fp32 on the CPU)
+        ok &= conversions([(1, 1), (2, 3)], precision)[0]
     ok &= tensor_parallel(ours)
     if not ok:
         sys.exit(1)
