@@ -2,7 +2,6 @@
 
 #include <unistd.h>
 
-#include <array>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -160,7 +159,7 @@ class CheckpointReader {
       torch::Tensor sched;  // absent before the schedule skipped fp16's overflows: every sample counted
       scheduler_samples = ar.try_read("scheduler_samples", sched) ? sched.item<int64_t>() : consumed_train;
       if (torch::Tensor s; ar.try_read("loss_scale", s) && s.numel() == 3)
-        loss_scale = {s[0].item<double>(), s[1].item<double>(), s[2].item<double>()};
+        loss_scale = {.scale = s[0].item<double>(), .growth_tracker = s[1].item<int64_t>(), .hysteresis_tracker = s[2].item<int64_t>()};
       torch::Tensor w;
       if (ar.try_read("world_size", w)) saved_world = w.item<int64_t>();
       files_[{0, 0}] = read_shard(ar, first.string(), 0);  // the same archive: not read again
@@ -234,7 +233,7 @@ class CheckpointReader {
   Gpt2Config config;
   Layout layout;
   int64_t iteration = 0, step = 0, consumed_train = 0, consumed_valid = 0, scheduler_samples = 0, saved_world = 0;
-  std::array<double, 3> loss_scale{0, 0, 0};  // fp16's scale, growth and hysteresis trackers; scale 0: not saved
+  LossScaler::State loss_scale;  // fp16's; scale 0: not saved
 
  private:
   int64_t stage_of(const std::string& name) const {
@@ -380,8 +379,7 @@ bool load_imported_checkpoint(const TrainArgs& a, ImportedModel m, Gpt2& model, 
   st.consumed_train = m.consumed_train;
   st.scheduler_samples = m.scheduler_samples >= 0 ? m.scheduler_samples : m.consumed_train;
   st.loss_scale = m.loss_scale;
-  st.loss_scale_growth = m.loss_scale_growth;
-  st.loss_scale_hysteresis = std::min<int64_t>(m.loss_scale_hysteresis, a.hysteresis);
+  st.loss_scale.hysteresis_tracker = std::min<int64_t>(m.loss_scale.hysteresis_tracker, a.hysteresis);  // not INT64_MAX in what is saved
   st.consumed_valid = m.consumed_valid;
   const bool streams = restore_streams(m, grid, rng);
   if (grid.world().rank() == 0)
@@ -444,9 +442,8 @@ torch::serialize::OutputArchive part_archive(Gpt2& model, const ZeroEngine::Full
   archive.write("iteration", torch::tensor(st.iteration));
   archive.write("consumed_train_samples", torch::tensor(st.consumed_train));
   archive.write("scheduler_samples", torch::tensor(st.scheduler_samples));
-  if (st.loss_scale > 0)
-    archive.write("loss_scale", torch::tensor({st.loss_scale, static_cast<double>(st.loss_scale_growth), static_cast<double>(st.loss_scale_hysteresis)},
-                                              torch::kDouble));
+  if (const LossScaler::State& s = st.loss_scale; s.scale > 0)
+    archive.write("loss_scale", torch::tensor({s.scale, static_cast<double>(s.growth_tracker), static_cast<double>(s.hysteresis_tracker)}, torch::kDouble));
   archive.write("consumed_valid_samples", torch::tensor(st.consumed_valid));
   archive.write("checkpoint_version", torch::tensor(3.0));
   archive.write("world_size", torch::tensor(static_cast<int64_t>(world)));
@@ -774,9 +771,7 @@ bool load_checkpoint(const TrainArgs& a, Gpt2& model, ZeroEngine& engine, Proces
   st.iteration = r.iteration;
   st.consumed_train = r.consumed_train;
   st.scheduler_samples = r.scheduler_samples;
-  st.loss_scale = r.loss_scale[0];
-  st.loss_scale_growth = static_cast<int64_t>(r.loss_scale[1]);
-  st.loss_scale_hysteresis = static_cast<int64_t>(r.loss_scale[2]);
+  st.loss_scale = r.loss_scale;
   st.consumed_valid = r.consumed_valid;
   // The RNG streams continue where they were when the layout is the same.
   const Layout now{grid.tp_size(), grid.pp_size(), static_cast<int64_t>(model->num_chunks())};

@@ -30,6 +30,7 @@
 #include "trainer/config/megatron_args.h"
 #include "trainer/model/tensor_parallel.h"
 #include "trainer/parallel/grid.h"
+#include "trainer/run/loss_scaler.h"
 #include "trainer/zero/engine.h"
 
 namespace zlm::trainer {
@@ -39,9 +40,8 @@ struct RunState {
   // The samples of the updates taken, which the learning-rate schedule counts (Megatron's
   // OptimizerParamScheduler.num_steps): consumed_train less the iterations fp16 skipped.
   int64_t scheduler_samples = 0;
-  // fp16's dynamic loss scale and its trackers (LossScaler::State); scale 0: none (not fp16).
-  double loss_scale = 0;
-  int64_t loss_scale_growth = 0, loss_scale_hysteresis = 0;
+  // fp16's dynamic loss scale and its trackers; scale 0: none (not fp16).
+  LossScaler::State loss_scale;
 };
 
 // What --ckpt-format names: ours; Megatron-LM's model_optim_rng.pt per part in the

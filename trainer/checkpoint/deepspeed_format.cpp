@@ -315,10 +315,10 @@ void read_loss_scale(const PyValue& osd, ImportedModel& m) {
   };
   const std::optional<double> scale = number("cur_scale");
   if (!scale || !(*scale > 0) || !std::isfinite(*scale)) return;
-  m.loss_scale = *scale;
   const auto it = number("cur_iter"), last = number("last_overflow_iter"), hysteresis = number("cur_hysteresis");
-  m.loss_scale_growth = it && last ? std::max<int64_t>(0, static_cast<int64_t>(*it - *last) - 1) : 0;
-  m.loss_scale_hysteresis = hysteresis ? static_cast<int64_t>(*hysteresis) : std::numeric_limits<int64_t>::max();  // unsaid: all of it
+  m.loss_scale = {.scale = *scale,
+                  .growth_tracker = it && last ? std::max<int64_t>(0, static_cast<int64_t>(*it - *last) - 1) : 0,
+                  .hysteresis_tracker = hysteresis ? static_cast<int64_t>(*hysteresis) : std::numeric_limits<int64_t>::max()};  // unsaid: all of it
 }
 
 // Reads one DeepSpeed checkpoint directory into an ImportedModel, tensor-parallel

@@ -431,11 +431,12 @@ void read_grad_scaler(const PyValue& top, ImportedModel& m) {
   if (scale->is(PyValue::Kind::Tensor) && scale->as_tensor().numel() == 1) s = scale->as_tensor().item<double>();
   else if (scale->is(PyValue::Kind::Float) || scale->is(PyValue::Kind::Int)) s = scale->as_float();
   if (!(s > 0) || !std::isfinite(s)) return;
-  m.loss_scale = s;
   const PyValue* growth = g->find("growth_tracker");
   const PyValue* hysteresis = g->find("hysteresis_tracker");
-  m.loss_scale_growth = growth && growth->is(PyValue::Kind::Int) ? growth->as_int() : 0;
-  m.loss_scale_hysteresis = hysteresis && hysteresis->is(PyValue::Kind::Int) ? hysteresis->as_int() : std::numeric_limits<int64_t>::max();  // unsaid: all of it
+  m.loss_scale = {.scale = s,
+                  .growth_tracker = growth && growth->is(PyValue::Kind::Int) ? growth->as_int() : 0,
+                  .hysteresis_tracker = hysteresis && hysteresis->is(PyValue::Kind::Int) ? hysteresis->as_int()
+                                                                                         : std::numeric_limits<int64_t>::max()};  // unsaid: all of it
 }
 
 }  // namespace

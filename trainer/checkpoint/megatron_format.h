@@ -38,6 +38,7 @@
 
 #include "trainer/checkpoint/torch_pickle.h"
 #include "trainer/model/gpt2_model.h"
+#include "trainer/run/loss_scaler.h"
 
 namespace zlm::trainer {
 
@@ -76,12 +77,11 @@ struct ImportedModel {
   int64_t iteration = 0;
   int64_t tp = 1, pp = 1;                        // the layout it was saved in
   int64_t consumed_train = 0, consumed_valid = 0;  // samples (args.consumed_*_samples; else iteration x global batch)
-  int64_t scheduler_samples = -1;
+  int64_t scheduler_samples = -1;  // the learning-rate scheduler's num_steps where saved (fp16's skips not counted); -1: consumed_train
   // fp16's dynamic loss scale and its trackers, where the optimizer state keeps them (Megatron's
   // grad_scaler, DeepSpeed's loss scaler); scale 0: none. A hysteresis not saved is INT64_MAX:
   // all of it.
-  double loss_scale = 0;
-  int64_t loss_scale_growth = 0, loss_scale_hysteresis = 0;  // the learning-rate scheduler's num_steps where saved (fp16's skips not counted); -1: consumed_train
+  LossScaler::State loss_scale;
   // The vocabulary behind config.vocab_size's padded rows, where args say it:
   // the token count (zerolm_vocab_entries, written by us), else Megatron's
   // make_vocab_size_divisible_by (0: not said).

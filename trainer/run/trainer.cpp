@@ -613,10 +613,7 @@ void Trainer::train_step() {
   ++st_.iteration;
   st_.consumed_train += a_.global_batch_size;
   if (!last_skipped_) st_.scheduler_samples += a_.global_batch_size;  // Megatron steps its scheduler on updates only
-  if (pl_.fp16) {
-    const LossScaler::State s = scaler_.state();
-    st_.loss_scale = s.scale, st_.loss_scale_growth = s.growth_tracker, st_.loss_scale_hysteresis = s.hysteresis_tracker;
-  }
+  if (pl_.fp16) st_.loss_scale = scaler_.state();
   ++interval_iters_;
   if (tb_ && tb_->due(st_.iteration)) tensorboard_training(loss_avg, grad_norm);
 }
@@ -649,7 +646,7 @@ void Trainer::save() {
     ds.fp16 = a_.fp16;
     ds.dynamic_loss_scale = a_.fp16 && a_.loss_scale <= 0;
     if (a_.fp16) ds.loss_scale = pl_.fp16 ? scaler_.scale() : a_.loss_scale > 0 ? a_.loss_scale : a_.initial_loss_scale;
-    if (pl_.fp16) ds.loss_scale_growth = st_.loss_scale_growth, ds.hysteresis_left = st_.loss_scale_hysteresis;
+    if (pl_.fp16) ds.loss_scale_growth = st_.loss_scale.growth_tracker, ds.hysteresis_left = st_.loss_scale.hysteresis_tracker;
   }
   save_checkpoint(a_.save, model_, *engine_, *grid_, rng_, st_, saves_++, format, &ds);
 }
@@ -774,10 +771,10 @@ void Trainer::evaluate(const std::string& label, const SampleSource& src, int64_
 }
 
 int Trainer::run() {
-  if (!a_.load.empty() && load_checkpoint(a_, model_, *engine_, *grid_, rng_, st_) && pl_.fp16 && st_.loss_scale > 0) {
+  if (!a_.load.empty() && load_checkpoint(a_, model_, *engine_, *grid_, rng_, st_) && pl_.fp16 && st_.loss_scale.scale > 0) {
     // fp16 goes on from the saved loss scale, as Megatron's optimizer loads its grad scaler's state
     // (a fresh 2^32 would skip a dozen iterations again); a static --loss-scale keeps its own.
-    scaler_.restore({st_.loss_scale, st_.loss_scale_growth, st_.loss_scale_hysteresis});
+    scaler_.restore(st_.loss_scale);
     ZLM_LOG_INF(" > loss scale %.1f from the checkpoint", scaler_.scale());
   }
   const int64_t T = a_.total_iters(), first = st_.iteration;
