@@ -2,7 +2,7 @@
 """Golden of tests/data/grad_scaler/dynamic.json: megatron-core's own
 DynamicGradScaler (megatron/core/optimizer/grad_scaler.py) stepped over
 sequences of overflow / clean steps; tests/unit/loss_scaler_test.cpp holds
-trainer/run/loss_scaler.h to the scale after every step.
+trainer/zero/loss_scaler.h to the scale after every step.
 
 megatron-core puts its tensors on 'cuda'; this script runs the same code on the
 CPU by giving the module a torch whose tensor() ignores the device.

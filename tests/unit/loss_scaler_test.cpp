@@ -1,4 +1,4 @@
-#include "trainer/run/loss_scaler.h"
+#include "trainer/zero/loss_scaler.h"
 
 #include <simdjson.h>
 

@@ -114,7 +114,7 @@ TEST(MegatronArgs, LearningRateSchedule) {
 }  // namespace
 }  // namespace zlm::trainer
 
-#include "trainer/run/loss_scaler.h"
+#include "trainer/zero/loss_scaler.h"
 
 namespace zlm::trainer {
 namespace {

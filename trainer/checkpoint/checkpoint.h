@@ -30,7 +30,7 @@
 #include "trainer/config/megatron_args.h"
 #include "trainer/model/tensor_parallel.h"
 #include "trainer/parallel/grid.h"
-#include "trainer/run/loss_scaler.h"
+#include "trainer/zero/loss_scaler.h"
 #include "trainer/zero/engine.h"
 
 namespace zlm::trainer {

@@ -38,7 +38,7 @@
 
 #include "trainer/checkpoint/torch_pickle.h"
 #include "trainer/model/gpt2_model.h"
-#include "trainer/run/loss_scaler.h"
+#include "trainer/zero/loss_scaler.h"
 
 namespace zlm::trainer {
 

@@ -28,7 +28,7 @@
 #include "trainer/run/device_memory.h"
 #include "trainer/config/dist_env.h"
 #include "trainer/model/gpt2_model.h"
-#include "trainer/run/loss_scaler.h"
+#include "trainer/zero/loss_scaler.h"
 #include "trainer/run/step_profiler.h"
 #include "trainer/model/tensor_parallel.h"
 #include "trainer/parallel/grid.h"
