@@ -70,13 +70,14 @@ def load_fixes():
 
 
 def build(mode, dist, layers, hidden, heads, seq, vocab, seed, lr, weight_decay=0.01, iterations=10, samples_per_iteration=1, schedule=None,
-          tp=1, pp=1):
+          tp=1, pp=1, bucket=None):
     """The model in megatron-core's wrappers, its optimizer (AdamW, betas 0.9/0.999, eps 1e-8, no
     clipping) and a constant learning-rate schedule counted in samples, as Megatron-LM steps it.
     `schedule`: OptimizerParamScheduler arguments instead of the constant one, and a scheduler that,
     as Megatron-LM's by default, asserts that a checkpoint's schedule is its own. tp, pp: this
     process's part of a model cut as megatron_cpu.init(..., tp, pp) set up (its pipeline stage's
-    layers, the embedding on the first stage and the output layer on the last)."""
+    layers, the embedding on the first stage and the output layer on the last). bucket: the gradient
+    buffer's bucket size with --overlap-grad-reduce (None: without it, one bucket)."""
     from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
     from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
     from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
@@ -96,7 +97,8 @@ def build(mode, dist, layers, hidden, heads, seq, vocab, seed, lr, weight_decay=
     if mode != "fp32":
         model = Float16Module(cfg, model)
     # Megatron-LM accumulates bf16 gradients in fp32; it checks for NaN only without a dynamic loss scale
-    ddp = DistributedDataParallelConfig(grad_reduce_in_fp32=mode == "bf16", use_distributed_optimizer=dist, check_for_nan_in_grad=mode != "fp16")
+    ddp = DistributedDataParallelConfig(grad_reduce_in_fp32=mode == "bf16", use_distributed_optimizer=dist, check_for_nan_in_grad=mode != "fp16",
+                                        overlap_grad_reduce=bucket is not None, bucket_size=bucket)
     model = DistributedDataParallel(cfg, ddp, model)
     ocfg = OptimizerConfig(optimizer="adam", lr=lr, min_lr=lr, weight_decay=weight_decay, adam_beta1=0.9, adam_beta2=0.999, adam_eps=1e-8,
                            clip_grad=0.0, bf16=mode == "bf16", fp16=mode == "fp16", params_dtype=dtype, use_distributed_optimizer=dist,

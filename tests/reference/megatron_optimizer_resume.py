@@ -6,7 +6,8 @@ megatron-core 0.16 trains the tiny GPT on the CPU (megatron_cpu_optimizer.py:
 GPTModel in DistributedDataParallel, get_megatron_optimizer, its scheduler)
 for N iterations on pretrain_gpt's samples, in fp32, bf16 and fp16 with
 FP32Optimizer / Float16OptimizerWithFloat16Params, and in fp32 and bf16 with
---use-distributed-optimizer. It saves iter_N/mp_rank_00/model_optim_rng.pt
+--use-distributed-optimizer (also with --overlap-grad-reduce's buckets, whose tails
+distrib_optim.pt drops). It saves iter_N/mp_rank_00/model_optim_rng.pt
 with the keys Megatron-LM's checkpointing writes (args, checkpoint_version,
 iteration, model, optimizer = optimizer.state_dict(), opt_param_scheduler,
 rng_state), and distrib_optim.pt beside it (save_parameter_state) for the
@@ -20,8 +21,11 @@ The other way: pretrain_gpt --ckpt-format torch saves iteration N of an N + K
 run (fp32, and the layouts of --bf16 and --fp16, trained in fp32 on the CPU;
 a cosine schedule whose warm-up ends inside the first iteration; one part, and
 TP 2 x PP 2 for fp32 and fp16, where megatron-core builds each part's model
-and optimizer on four Gloo processes), and megatron-core's optimizer of that
-precision load_state_dict()s its `optimizer`
+and optimizer on four Gloo processes; with --use-distributed-optimizer in fp32
+from DP 2, in fp16, and in bf16 at TP 2 x PP 2, whose stages put the tied
+embedding's copies in buckets of their own), and megatron-core's optimizer of
+that precision load_state_dict()s its `optimizer` (and the distributed one
+load_parameter_state()s distrib_optim.pt, as Megatron-LM's loader does)
 and its scheduler, built from the same flags and asserting as Megatron-LM's
 does that the checkpoint's schedule is its own, its `opt_param_scheduler`:
 the learning rate is then pretrain_gpt's, the optimizer's fp32 weights,
@@ -59,13 +63,16 @@ N, K = 2, 3
 WARMUP_FRACTION = 0.1  # of N + K iterations: half of the first one (pretrain_gpt's checkpoints, megatron-core's scheduler)
 RUN = Run(BIN, DATA_DIR, WORK, iters=N + K)
 TOLERANCE = 1e-5
-# (precision, distributed optimizer, hidden size): at hidden 40 the distributed optimizer's buffer has gaps (each
-# parameter starts at a multiple of 64 numbers)
-CASES = [("fp32", False, H), ("bf16", False, H), ("fp16", False, H), ("fp32", True, H), ("bf16", True, H), ("bf16", True, 40)]
+# (precision, distributed optimizer, hidden size, bucket size): at hidden 40 the distributed optimizer's buffer has
+# gaps (each parameter starts at a multiple of 64 numbers); with a bucket size (--overlap-grad-reduce
+# --ddp-bucket-size) its buckets lose their tails in distrib_optim.pt
+CASES = [("fp32", False, H, None), ("bf16", False, H, None), ("fp16", False, H, None), ("fp32", True, H, None), ("bf16", True, H, None),
+         ("bf16", True, 40, None), ("fp32", True, 40, 20000)]
 
 
-def name_of(mode, dist, hidden):
-    return f"{mode}_{'distributed' if dist else 'plain'}" + ("" if hidden == H else f"_hidden{hidden}")
+def name_of(mode, dist, hidden, bucket):
+    return (f"{mode}_{'distributed' if dist else 'plain'}" + ("" if hidden == H else f"_hidden{hidden}")
+            + ("" if bucket is None else f"_buckets{bucket}"))
 
 
 def micro_batches(sample, it):
@@ -77,7 +84,7 @@ def micro_batches(sample, it):
     return out
 
 
-def save_megatron(opt, sched, model, ckpt, dist, hidden):
+def save_megatron(opt, sched, model, ckpt, dist, hidden, bucket):
     """The checkpoint of iteration N as Megatron-LM's --ckpt-format torch writes it."""
     part = os.path.join(ckpt, f"iter_{N:07d}", "mp_rank_00")
     os.makedirs(part)
@@ -86,6 +93,7 @@ def save_megatron(opt, sched, model, ckpt, dist, hidden):
            "rng_tracker_states": {}}
     args = megatron_args(N)
     args.hidden_size = hidden
+    args.overlap_grad_reduce, args.ddp_bucket_size, args.data_parallel_size = bucket is not None, bucket, 1
     torch.save({"args": args, "checkpoint_version": 3.0, "iteration": N, "model": core.state_dict_for_save_checkpoint(),
                 "optimizer": opt.state_dict(), "opt_param_scheduler": sched.state_dict(), "rng_state": [rng],
                 "num_floating_point_operations_so_far": 0}, os.path.join(part, "model_optim_rng.pt"))
@@ -110,22 +118,24 @@ def continue_fp32(state, sample, hidden):
     return {it: mco.step(model, opt, sched, micro_batches(sample, it), VOCAB, GLOBAL) for it in range(N + 1, N + K + 1)}
 
 
-def worker(rank, mode, dist, hidden, out):
+def worker(rank, mode, dist, hidden, bucket, out):
     megatron_cpu.init(out)
     import megatron_cpu_optimizer as mco
     mco.patch()
     mco.load_fixes()
     torch.set_num_threads(1)
     sample = sample_reader(RUN.data, RUN.index)
-    model, opt, sched = mco.build(mode, dist, L, hidden, HEADS, SEQ, VOCAB, seed=5, lr=LR, iterations=N + K, samples_per_iteration=GLOBAL)
+    model, opt, sched = mco.build(mode, dist, L, hidden, HEADS, SEQ, VOCAB, seed=5, lr=LR, iterations=N + K, samples_per_iteration=GLOBAL,
+                                  bucket=bucket)
     losses = {it: mco.step(model, opt, sched, micro_batches(sample, it), VOCAB, GLOBAL) for it in range(1, N + 1)}
-    save_megatron(opt, sched, model, os.path.join(out, "ckpt"), dist, hidden)
+    save_megatron(opt, sched, model, os.path.join(out, "ckpt"), dist, hidden, bucket)
     state = mco.fp32_state(model, opt, dist)
     if mode == "fp32":  # the run itself goes on; the fp32 copy of its state must continue alike
         losses.update({it: mco.step(model, opt, sched, micro_batches(sample, it), VOCAB, GLOBAL) for it in range(N + 1, N + K + 1)})
     again = continue_fp32(state, sample, hidden)
     with open(os.path.join(out, "result.json"), "w") as f:
-        json.dump({"losses": losses, "continued": again, "step": state["step"], "optimizer": type(opt.chained_optimizers[0]).__name__}, f)
+        json.dump({"losses": losses, "continued": again, "step": state["step"], "optimizer": type(opt.chained_optimizers[0]).__name__,
+                   "buckets": len(model.buffers[0].buckets)}, f)
     torch.distributed.destroy_process_group()
     sys.stdout.flush()
     os._exit(0)
@@ -164,13 +174,16 @@ def megatron_lm_restores_rng(sd, tp, pp):
     return differ
 
 
-def load_ours(rank, mode, saved, out, tp, pp):
-    """megatron-core's optimizer of `mode`, on its part of a TP x PP model, loading pretrain_gpt's
-    checkpoint of that part as Megatron-LM does (and, on one part in fp32, continuing it)."""
+def load_ours(rank, mode, dist, saved, out, tp, pp):
+    """megatron-core's optimizer of `mode` (`dist`: its distributed optimizer), on its part of a
+    TP x PP model, loading pretrain_gpt's checkpoint of that part as Megatron-LM does (and, on one
+    part in fp32, continuing it)."""
     megatron_cpu.init(out, rank, tp * pp, tp, pp)
     import megatron_cpu_optimizer as mco
     from megatron.core import parallel_state
     mco.patch()
+    if dist:
+        mco.load_fixes()
     torch.set_num_threads(1)
     tp_rank, pp_rank = parallel_state.get_tensor_model_parallel_rank(), parallel_state.get_pipeline_model_parallel_rank()
     part = f"mp_rank_{tp_rank:02d}" + (f"_{pp_rank:03d}" if pp > 1 else "")
@@ -179,15 +192,17 @@ def load_ours(rank, mode, saved, out, tp, pp):
     total = (N + K) * GLOBAL
     schedule = {"init_lr": 0.0, "max_lr": LR, "min_lr": LR / 10, "lr_warmup_steps": WARMUP_FRACTION * total, "lr_decay_steps": total,
                 "lr_decay_style": "cosine"}
-    model, opt, sched = mco.build(mode, False, L, H, HEADS, SEQ, sd["args"].padded_vocab_size, seed=7, lr=LR, iterations=N + K,
+    model, opt, sched = mco.build(mode, dist, L, H, HEADS, SEQ, sd["args"].padded_vocab_size, seed=7, lr=LR, iterations=N + K,
                                   samples_per_iteration=GLOBAL, schedule=schedule, tp=tp, pp=pp)
     core = model.module.module if hasattr(model.module, "module") else model.module
     core.load_state_dict(sd["model"], strict=True)
     opt.load_state_dict(sd["optimizer"])
+    if dist:  # Megatron-LM's loader: distrib_optim.pt beside the part (torch.load's default, weights_only)
+        opt.load_parameter_state(os.path.join(saved, f"iter_{N:07d}", part, "distrib_optim.pt"))
     sched.load_state_dict(sd["opt_param_scheduler"])
     rng_differ = megatron_lm_restores_rng(sd, tp_rank, pp_rank)
     lr = opt.param_groups[0]["lr"]  # the rate of iteration N + 1, before the steps below move it
-    state = mco.fp32_state(model, opt, False)
+    state = mco.fp32_state(model, opt, dist)
     inner = opt.chained_optimizers[0].optimizer
     steps = sorted({float(st["step"]) for st in inner.state.values()})
     ours = sd["zerolm_optimizer"]
@@ -210,15 +225,18 @@ def megatron_loads_ours():
     optimizer on that part (one part, and TP 2 x PP 2 on four Gloo processes), and on one part in
     fp32 continued."""
     ok = True
-    for mode, tp, pp in [("fp32", 1, 1), ("bf16", 1, 1), ("fp16", 1, 1), ("fp32", 2, 2), ("fp16", 2, 2)]:
-        layout = f"{mode}, TP {tp} x PP {pp}"
-        saved = os.path.join(WORK, f"ours_{mode}_tp{tp}pp{pp}")
-        flags = ([] if mode == "fp32" else ["--" + mode]) + ([] if tp * pp == 1 else [
-            "--nproc-per-node", str(tp * pp), "--tensor-model-parallel-size", str(tp), "--pipeline-model-parallel-size", str(pp)])
+    # (precision, TP, PP, pretrain_gpt's DP, --use-distributed-optimizer); megatron-core loads each part at DP 1
+    for mode, tp, pp, dp, dist in [("fp32", 1, 1, 1, False), ("bf16", 1, 1, 1, False), ("fp16", 1, 1, 1, False), ("fp32", 2, 2, 1, False),
+                                   ("fp16", 2, 2, 1, False), ("fp32", 1, 1, 2, True), ("fp16", 1, 1, 1, True), ("bf16", 2, 2, 1, True)]:
+        layout = f"{mode}, TP {tp} x PP {pp}" + (f" x DP {dp}" if dp > 1 else "") + (", distributed optimizer" if dist else "")
+        name = f"{mode}_tp{tp}pp{pp}dp{dp}" + ("_dist" if dist else "")
+        saved = os.path.join(WORK, f"ours_{name}")
+        flags = ([] if mode == "fp32" else ["--" + mode]) + (["--use-distributed-optimizer"] if dist else []) + ([] if tp * pp * dp == 1 else [
+            "--nproc-per-node", str(tp * pp * dp), "--tensor-model-parallel-size", str(tp), "--pipeline-model-parallel-size", str(pp)])
         RUN.pretrain(saved, "--ckpt-format", "torch", "--save-interval", str(N), *flags,
                      schedule=("--lr-decay-style", "cosine", "--lr-warmup-fraction", str(WARMUP_FRACTION), "--min-lr", str(LR / 10)))
-        out = fresh_dir(os.path.join(WORK, f"megatron_loads_{mode}_tp{tp}pp{pp}"))
-        mp.spawn(load_ours, args=(mode, saved, out, tp, pp), nprocs=tp * pp, join=True)
+        out = fresh_dir(os.path.join(WORK, f"megatron_loads_{name}"))
+        mp.spawn(load_ours, args=(mode, dist, saved, out, tp, pp), nprocs=tp * pp, join=True)
         with open(os.path.join(saved, "metrics.jsonl")) as f:
             our_lr = next(rec["lr"] for rec in map(json.loads, f) if rec.get("iteration") == N and "split" not in rec)
         for rank in range(tp * pp):
@@ -306,10 +324,10 @@ def main():
     fresh_dir(WORK)
     RUN.pretrain(os.path.join(WORK, "index_run"))  # caches the sample index megatron-core trains on
     ok = True
-    for mode, dist, hidden in CASES:
-        name = name_of(mode, dist, hidden)
+    for mode, dist, hidden, bucket in CASES:
+        name = name_of(mode, dist, hidden, bucket)
         out = fresh_dir(os.path.join(WORK, name))
-        mp.spawn(worker, args=(mode, dist, hidden, out), nprocs=1, join=True)
+        mp.spawn(worker, args=(mode, dist, hidden, bucket, out), nprocs=1, join=True)
         with open(os.path.join(out, "result.json")) as f:
             r = json.load(f)
         ref = {int(k): v for k, v in r["continued"].items()}
@@ -321,8 +339,8 @@ def main():
         log = RUN.pretrain(resumed, "--load", os.path.join(out, "ckpt"), "--hidden-size", str(hidden))
         ours = Run.losses(resumed)
         diff = max(abs(ours[it] - ref[it]) / abs(ref[it]) for it in ref) if sorted(ours) == sorted(ref) else float("inf")
-        ok &= check("Adam's moments and step" in log and "not read" not in log and diff <= TOLERANCE,
-                    f"{name} ({r['optimizer']}, step {r['step']}): pretrain_gpt --load continues iterations {N + 1}-{N + K} with the "
+        ok &= check("Adam's moments and step" in log and "not read" not in log and diff <= TOLERANCE and (bucket is None or r["buckets"] > 1),
+                    f"{name} ({r['optimizer']}, step {r['step']}, {r['buckets']} bucket(s)): pretrain_gpt --load continues iterations {N + 1}-{N + K} with the "
                     f"losses of megatron-core's state continued in fp32 within {diff:.1e} (relative)")
     ok &= megatron_loads_ours()
     ok &= fp16_skips_hold_the_schedule()

@@ -471,7 +471,9 @@ MegatronPart part_of(Gpt2& model, const ProcessGrid& grid, const RunState& st) {
 // runs torch's AdamW (no Transformer Engine or apex): FP32Optimizer's state is AdamW's state dict
 // (one entry per parameter, Megatron's two groups with megatron-core's keys, which its loader
 // matches groups by); with --bf16/--fp16 Float16OptimizerWithFloat16Params' wraps it with the fp32
-// master weights per group (and, for fp16, the grad scaler: its scale and trackers).
+// master weights per group (and, for fp16, the grad scaler: its scale and trackers). With
+// --use-distributed-optimizer, DistributedOptimizer's: the groups alone, each with the step (and
+// the grad scaler); the weights and moments go to distrib_optim.pt.
 std::shared_ptr<PyValue> megatron_optimizer_state(const PyValue& module, const PyValue& exp_avg, const PyValue& exp_avg_sq, const DeepSpeedRun& run) {
   const bool mixed = run.fp16 || run.bf16;
   std::shared_ptr<PyValue> masters;
@@ -484,10 +486,22 @@ std::shared_ptr<PyValue> megatron_optimizer_state(const PyValue& module, const P
     put("max_lr", py_float(run.max_lr));
     put("min_lr", py_float(run.min_lr));
   }
-  if (!mixed) return adam;
+  if (!mixed && !run.distributed_optimizer) return adam;
   auto out = py_dict();
   auto put = [&](const char* k, std::shared_ptr<PyValue> v) { out->entries.emplace_back(py_str(k), std::move(v)); };
-  put("optimizer", adam);
+  if (run.distributed_optimizer) {  // DistributedOptimizer's: the groups without their parameters, each with the step
+    auto groups = py_list();
+    for (const auto& g : adam->at("param_groups").items) {
+      std::erase_if(g->entries, [](const auto& e) { return e.first->is(PyValue::Kind::Str) && e.first->s == "params"; });
+      g->entries.emplace_back(py_str("step"), py_float(static_cast<double>(run.adam_step)));
+      groups->items.push_back(g);
+    }
+    auto inner = py_dict();
+    inner->entries.emplace_back(py_str("param_groups"), groups);
+    put("optimizer", inner);
+  } else {
+    put("optimizer", adam);
+  }
   if (run.fp16) {
     auto scaler = py_dict();
     scaler->entries.emplace_back(py_str("scale"), py_tensor(torch::tensor({static_cast<float>(run.loss_scale)})));
@@ -495,7 +509,7 @@ std::shared_ptr<PyValue> megatron_optimizer_state(const PyValue& module, const P
     scaler->entries.emplace_back(py_str("hysteresis_tracker"), py_int(run.hysteresis_left.value_or(run.hysteresis)));
     put("grad_scaler", scaler);
   }
-  put("fp32_from_fp16_params", masters);
+  if (!run.distributed_optimizer) put("fp32_from_fp16_params", masters);
   return out;
 }
 
@@ -519,7 +533,8 @@ void put_rng_state(PyValue& top, const RngTracker& rng, uint64_t seed, const Pro
 // under megatron-core's names, `args`, `iteration`, `checkpoint_version`, Megatron's own
 // `optimizer` and `opt_param_scheduler` (megatron_optimizer_state; the scheduler's state counted
 // in samples) and `rng_state` (megatron_rng_state: this rank's streams), so that Megatron-LM's
-// loader resumes it without --no-load-* flags. Adam's moments and step also go under a key of
+// loader resumes it without --no-load-* flags; with --use-distributed-optimizer, distrib_optim.pt
+// beside it (megatron_distributed_optimizer_state). Adam's moments and step also go under a key of
 // ours, "zerolm_optimizer", with the model's names, and a CPU run's model-parallel stream under
 // "zerolm_rng_tracker" (Megatron ignores both): a zerolm run resumes from those.
 void write_megatron_part(Gpt2& model, const ZeroEngine::FullState& full, const ProcessGrid& grid, const RngTracker& rng, const RunState& st,
@@ -544,6 +559,12 @@ void write_megatron_part(Gpt2& model, const ZeroEngine::FullState& full, const P
   put_rng_state(top, rng, run.seed, grid);
   top.entries.emplace_back(py_str("zerolm_optimizer"), opt);
   save_torch_file(file.string(), top);
+  if (run.distributed_optimizer) {
+    const std::string param_dtype = run.fp16 ? "torch.float16" : run.bf16 ? "torch.bfloat16" : "torch.float32";
+    save_torch_file((file.parent_path() / "distrib_optim.pt").string(),
+                    *megatron_distributed_optimizer_state(*module, *m, *v, grid.pp_size() > 1, param_dtype,
+                                                          run.grad_reduce_fp32 ? "torch.float32" : param_dtype));
+  }
 }
 
 // Through our own writer: LibTorch's file writer, on a failed write (disk
@@ -635,6 +656,8 @@ DeepSpeedRun deepspeed_run(const TrainArgs& a, const RunState& st, int zero_stag
   r.beta2 = a.adam_beta2;
   r.eps = a.adam_eps;
   r.clip_grad = a.clip_grad;
+  r.distributed_optimizer = a.use_distributed_optimizer;
+  r.grad_reduce_fp32 = bf16 || a.grad_reduce_dtype == "fp32";
   r.bf16 = bf16;
   r.min_loss_scale = a.min_loss_scale;
   r.loss_scale_window = a.loss_scale_window;

@@ -78,6 +78,10 @@ struct DeepSpeedRun {
   std::optional<int64_t> hysteresis_left;
   std::shared_ptr<PyValue> lr_scheduler;
   uint64_t seed = 0;  // --seed: Megatron's rng_state is seeded from it
+  // Megatron's format: --use-distributed-optimizer (Adam's state goes to distrib_optim.pt), and
+  // whether its gradient buffer is fp32 (--accumulate-allreduce-grads-in-fp32, which Megatron-LM
+  // turns on for --bf16) or of the parameters' dtype, which names the buffer there.
+  bool distributed_optimizer = false, grad_reduce_fp32 = false;
   std::shared_ptr<PyValue> client_state;  // further entries of the model-states files (a Dict: Megatron-DeepSpeed's rng_state)
 };
 

@@ -181,14 +181,23 @@ void read_torch_optimizer(const PyValue& opt, const std::vector<std::pair<std::s
   out.step = s.step;
 }
 
+// Megatron-LM's bucket size for `args`' run on this part: with --overlap-grad-reduce on the first
+// pipeline stage, --ddp-bucket-size or max(4e7, 1e6 x data-parallel size); else none (0).
+int64_t megatron_bucket_size(const PyValue& args, bool first_stage) {
+  const PyValue* overlap = arg(args, "overlap_grad_reduce");
+  if (!first_stage || !overlap || !overlap->is(PyValue::Kind::Bool) || !overlap->b) return 0;
+  if (const PyValue* size = arg(args, "ddp_bucket_size"); size && size->is(PyValue::Kind::Int)) return size->as_int();
+  const PyValue* dp = arg(args, "data_parallel_size");
+  return std::max<int64_t>(40000000, 1000000 * (dp && dp->is(PyValue::Kind::Int) ? dp->as_int() : 1));
+}
+
 // The distributed optimizer's state (--use-distributed-optimizer): the groups (with the step) in
 // the part's file and, in distrib_optim.pt beside it, each gradient buffer's fp32 weights and
-// moments gathered from every data-parallel rank, as flat vectors. A buffer holds the parameters
-// of one dtype in reverse model order, each starting at a multiple of 64. Read when the part's
-// parameters make one such buffer in one bucket (Megatron's default, without --overlap-grad-reduce
-// on large models); else `why` says so.
-void read_distributed_optimizer(const PyValue& opt, const fs::path& file, const std::vector<std::pair<std::string, torch::Tensor>>& params,
-                                PartOptimizer& out) {
+// moments gathered from every data-parallel rank, as flat vectors in
+// megatron_distributed_optimizer_layout's places (the buckets from the part's args). Read when
+// the part's parameters make one buffer (one dtype); else `why` says so.
+void read_distributed_optimizer(const PyValue& part, const PyValue& opt, const fs::path& file,
+                                const std::vector<std::pair<std::string, torch::Tensor>>& params, PartOptimizer& out) {
   const PyValue* inner = opt.find("optimizer");  // {optimizer: {param_groups}}, and the grad scaler's state for fp16
   const PyValue* pg = (inner ? *inner : opt).find("param_groups");
   const PyValue* step = pg && pg->is(PyValue::Kind::List) && !pg->items.empty() ? pg->items[0]->find("step") : nullptr;
@@ -202,21 +211,24 @@ void read_distributed_optimizer(const PyValue& opt, const fs::path& file, const 
   if (buffers.size() != 1) return void(out.why = file.string() + " holds " + std::to_string(buffers.size()) + " gradient buffers, not one");
   const PyValue& b = *buffers[0];
   const torch::Tensor w = b.at("param").as_tensor().flatten(), m = b.at("exp_avg").as_tensor().flatten(), v = b.at("exp_avg_sq").as_tensor().flatten();
-  int64_t at = 0;
-  std::vector<std::pair<size_t, int64_t>> starts;
-  for (size_t i = params.size(); i-- > 0;) {
-    at = (at + 63) / 64 * 64;
-    starts.emplace_back(i, at);
-    at += params[i].second.numel();
+  std::vector<std::pair<std::string, int64_t>> sizes;
+  bool first_stage = false;
+  for (const auto& [name, p] : params) {
+    sizes.emplace_back(name, p.numel());
+    first_stage |= name == "embedding.word_embeddings.weight";
   }
-  if (b.at("numel_unpadded").as_int() != at || w.numel() != at || m.numel() != at || v.numel() != at)
-    return void(out.why = strprintf("%s holds %ld numbers, one bucket of these parameters %ld (several buckets?)", file.c_str(),
-                                    (long)b.at("numel_unpadded").as_int(), (long)at));
-  for (const auto& [i, start] : starts) {
+  const PyValue* args = part.find("args");
+  const PyValue* pp = args ? arg(*args, "pipeline_model_parallel_size") : nullptr;
+  const bool pipelined = pp && pp->is(PyValue::Kind::Int) && pp->as_int() > 1;
+  const DistributedOptimizerLayout lay = megatron_distributed_optimizer_layout(sizes, pipelined, args ? megatron_bucket_size(*args, first_stage) : 0);
+  if (b.at("numel_unpadded").as_int() != lay.numel || w.numel() != lay.numel || m.numel() != lay.numel || v.numel() != lay.numel)
+    return void(out.why = strprintf("%s holds %ld numbers, the buckets of these parameters %ld", file.c_str(), (long)b.at("numel_unpadded").as_int(),
+                                    (long)lay.numel));
+  for (size_t i = 0; i < params.size(); ++i) {
     const auto& [name, p] = params[i];
-    out.master[name] = w.narrow(0, start, p.numel()).view(p.sizes()).to(torch::kFloat);
-    out.exp_avg[name] = m.narrow(0, start, p.numel()).view(p.sizes()).to(torch::kFloat);
-    out.exp_avg_sq[name] = v.narrow(0, start, p.numel()).view(p.sizes()).to(torch::kFloat);
+    out.master[name] = w.narrow(0, lay.offset[i], p.numel()).view(p.sizes()).to(torch::kFloat);
+    out.exp_avg[name] = m.narrow(0, lay.offset[i], p.numel()).view(p.sizes()).to(torch::kFloat);
+    out.exp_avg_sq[name] = v.narrow(0, lay.offset[i], p.numel()).view(p.sizes()).to(torch::kFloat);
   }
 }
 
@@ -226,14 +238,14 @@ PartOptimizer megatron_part_optimizer(const PyValue& part, const fs::path& file,
   if (!opt || opt->is(PyValue::Kind::None)) return out;
   std::vector<std::pair<std::string, torch::Tensor>> params;
   for (const auto& [name, value] : flat)
-    if (value->is(PyValue::Kind::Tensor)) params.emplace_back(name, value->tensor);
+    if (value->is(PyValue::Kind::Tensor) && !is_extra_state(name)) params.emplace_back(name, value->tensor);
   try {
     if (!opt->is(PyValue::Kind::Dict)) {
       out.why = "its optimizer is " + opt->describe() + " (several optimizers)";
     } else if (opt->find("state") || opt->find("fp32_from_fp16_params")) {
       read_torch_optimizer(*opt, params, out);
     } else if (const fs::path dist = file.parent_path() / "distrib_optim.pt"; fs::exists(dist)) {
-      read_distributed_optimizer(*opt, dist, params, out);
+      read_distributed_optimizer(part, *opt, dist, params, out);
     } else {
       out.why = "its optimizer entry has no state, and there is no distrib_optim.pt beside it";
     }
@@ -259,6 +271,46 @@ torch::Tensor qkv_to_megatron(const torch::Tensor& t, int64_t heads) {
 }
 
 }  // namespace
+
+DistributedOptimizerLayout megatron_distributed_optimizer_layout(const std::vector<std::pair<std::string, int64_t>>& params, bool pipelined,
+                                                                 int64_t bucket_size) {
+  auto own_bucket = [&](const std::string& name) { return pipelined && (name == "embedding.word_embeddings.weight" || name == "output_layer.weight"); };
+  DistributedOptimizerLayout out;
+  out.offset.assign(params.size(), 0);
+  int64_t bucket = 0, at = 0;  // the open bucket's start in the file's vectors, and the next number's place in the bucket
+  for (size_t i = params.size(); i-- > 0;) {
+    at = (at + 63) / 64 * 64;
+    const bool own = own_bucket(params[i].first);
+    if (own && at > 0) bucket += at, at = 0;  // the open bucket ends where this parameter would have started
+    out.offset[i] = bucket + at;
+    at += params[i].second;
+    if (own || (bucket_size > 0 && at >= bucket_size)) bucket += at, at = 0;
+  }
+  out.numel = bucket + at;
+  return out;
+}
+
+std::shared_ptr<PyValue> megatron_distributed_optimizer_state(const PyValue& module, const PyValue& exp_avg, const PyValue& exp_avg_sq,
+                                                              bool pipelined, const std::string& param_dtype, const std::string& grad_dtype) {
+  std::vector<std::pair<std::string, int64_t>> sizes;
+  for (const auto& [k, t] : module.entries)
+    if (t->is(PyValue::Kind::Tensor)) sizes.emplace_back(k->as_str(), t->tensor.numel());
+  const DistributedOptimizerLayout lay = megatron_distributed_optimizer_layout(sizes, pipelined, 0);
+  auto buffer = py_dict();
+  for (const auto& [key, from] : {std::pair{"param", &module}, {"exp_avg", &exp_avg}, {"exp_avg_sq", &exp_avg_sq}}) {
+    torch::Tensor flat = torch::zeros({lay.numel}, torch::kFloat);
+    for (size_t i = 0; i < sizes.size(); ++i)
+      flat.narrow(0, lay.offset[i], sizes[i].second).copy_(from->at(sizes[i].first).as_tensor().detach().to(torch::kFloat).flatten());
+    buffer->entries.emplace_back(py_str(key), py_tensor(flat));
+  }
+  buffer->entries.emplace_back(py_str("numel_unpadded"), py_int(lay.numel));
+  auto by_dtype = py_dict();
+  by_dtype->entries.emplace_back(py_tuple({py_global(param_dtype), py_global(grad_dtype)}), buffer);
+  auto state = py_dict();
+  state->entries.emplace_back(py_str("buckets_coalesced"), py_bool(true));
+  state->entries.emplace_back(py_int(0), by_dtype);
+  return state;
+}
 
 std::string megatron_iter_name(int64_t iteration) { return strprintf("iter_%07ld", static_cast<long>(iteration)); }
 

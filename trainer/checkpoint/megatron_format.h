@@ -23,7 +23,7 @@
 // Megatron's own `optimizer` (FP32Optimizer: torch's state dict;
 // Float16OptimizerWithFloat16Params: that and the fp32 master weights, which are
 // then the weights read; the distributed optimizer: distrib_optim.pt beside the
-// part, one buffer of one bucket), numbered through Megatron's two groups.
+// part, one buffer, its buckets as the part's args made them), numbered through Megatron's two groups.
 // Also the learning-rate scheduler's count of samples (opt_param_scheduler's
 // num_steps), fp16's grad scaler state, and the RNG streams of each part
 // (rng_state), for a resume in the same layout.
@@ -146,6 +146,29 @@ struct TorchOptimizerState {
 };
 TorchOptimizerState read_torch_optimizer_state(const PyValue& torch_opt, const PyValue* masters, bool flat,
                                                const std::vector<std::pair<std::string, torch::Tensor>>& params);
+
+// Where megatron-core's distributed optimizer (--use-distributed-optimizer) keeps a part's
+// parameters in distrib_optim.pt: its gradient buffer walks the parameters (name, numel; the
+// part's model order) backwards, starts each at a multiple of 64 numbers and closes a bucket when
+// it reaches `bucket_size` numbers (0: one bucket, Megatron-LM's default without
+// --overlap-grad-reduce) and around the tied embedding's copies on a pipeline of several stages
+// (`pipelined`: embedding.word_embeddings.weight and output_layer.weight, each its own bucket).
+// The file's vectors join the buckets without the padding after each one's last number: `offset`
+// is each parameter's start there, `numel` their length (the file's numel_unpadded).
+struct DistributedOptimizerLayout {
+  std::vector<int64_t> offset;
+  int64_t numel = 0;
+};
+DistributedOptimizerLayout megatron_distributed_optimizer_layout(const std::vector<std::pair<std::string, int64_t>>& params, bool pipelined,
+                                                                 int64_t bucket_size);
+
+// distrib_optim.pt as megatron-core's save_parameter_state writes it for one part (gathered from
+// every data-parallel rank, buckets coalesced): one buffer keyed by its (parameter, gradient)
+// dtypes, e.g. "torch.bfloat16", "torch.float32", holding the fp32 weights `module` and Adam's
+// moments (Dicts of tensors in the part's model order, megatron_part_state's) in the layout of
+// megatron_distributed_optimizer_layout without buckets, zeros between parameters.
+std::shared_ptr<PyValue> megatron_distributed_optimizer_state(const PyValue& module, const PyValue& exp_avg, const PyValue& exp_avg_sq,
+                                                              bool pipelined, const std::string& param_dtype, const std::string& grad_dtype);
 
 // A step count as torch's optimizers save it: a tensor (torch's Adam), an int or a float.
 int64_t step_value(const PyValue& v);

@@ -1,7 +1,7 @@
 // DeepSpeed checkpoint reading (trainer/checkpoint/deepspeed_format.h) on
 // damaged files built here: a model file without its module, an optimizer file
 // without its state; and Megatron's rng_state (megatron_format.h) read back and
-// damaged. The errors name the file, not only the missing key. (The reference
+// damaged, and the distributed optimizer's layout. The errors name the file, not only the missing key. (The reference
 // tests read and write real ones with DeepSpeed and megatron-core themselves.)
 #include <torch/torch.h>
 
@@ -117,6 +117,33 @@ TEST(MegatronFormat, RngStateReadsBackAndADamagedOneNamesItsFile) {
   PyValue none;  // a file without RNG state (--no-save-rng, a converted model): nothing to restore
   none.kind = PyValue::Kind::Dict;
   EXPECT_FALSE(read_megatron_rng(none, "f").cpu.defined());
+}
+
+// megatron-core's gradient buffer, worked by hand from its rules: backwards, each parameter at a
+// multiple of 64; a bucket closed by size or around a pipeline's embedding copy loses its tail.
+TEST(MegatronFormat, DistributedOptimizerLayoutFollowsTheGradientBuffer) {
+  using Params = std::vector<std::pair<std::string, int64_t>>;
+  auto layout = [](const Params& p, bool pipelined, int64_t bucket) { return megatron_distributed_optimizer_layout(p, pipelined, bucket); };
+  const Params plain{{"a", 10}, {"b", 100}, {"c", 5}};
+  DistributedOptimizerLayout l = layout(plain, false, 0);  // c 0..5, b 64..164, a 192..202
+  EXPECT_EQ(l.offset, (std::vector<int64_t>{192, 64, 0}));
+  EXPECT_EQ(l.numel, 202);
+  // The last stage: the output layer's bucket first (10 numbers), then the rest from 10, not 64.
+  const Params last{{"x", 5}, {"y", 100}, {"output_layer.weight", 10}};
+  l = layout(last, true, 0);
+  EXPECT_EQ(l.offset, (std::vector<int64_t>{138, 10, 0}));
+  EXPECT_EQ(l.numel, 143);
+  EXPECT_EQ(layout(last, false, 0).offset, (std::vector<int64_t>{192, 64, 0}));  // one stage: one bucket
+  // The first stage: the open bucket ends at the embedding's aligned start (192), which it keeps.
+  const Params first{{"embedding.word_embeddings.weight", 10}, {"x", 100}, {"y", 5}};
+  l = layout(first, true, 0);
+  EXPECT_EQ(l.offset, (std::vector<int64_t>{192, 64, 0}));
+  EXPECT_EQ(l.numel, 202);
+  // Buckets of 150: c (0..100) and b (128..228) fill the first; a starts the second at 228.
+  const Params even{{"a", 100}, {"b", 100}, {"c", 100}};
+  l = layout(even, false, 150);
+  EXPECT_EQ(l.offset, (std::vector<int64_t>{228, 128, 0}));
+  EXPECT_EQ(l.numel, 328);
 }
 
 }  // namespace
