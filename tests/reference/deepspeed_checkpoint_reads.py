@@ -32,7 +32,7 @@ import subprocess
 import sys
 
 from reference_env import fresh_dir
-from deepspeed_run import GLOBAL, H, HEADS, L, MICRO, SEQ, TOKENS, VOCAB, Run, adamw_groups, end_worker, megatron_args, start_worker
+from deepspeed_run import GLOBAL, H, HEADS, L, MICRO, SEQ, TOKENS, VOCAB, Run, adamw_groups, end_worker, gpt_pipe, megatron_args, pipe_batches, start_worker
 import numpy as np
 import torch
 import torch.multiprocessing as mp
@@ -80,46 +80,8 @@ def pipe_worker(rank, stages, out):
     head. Its weights are megatron-core's GPTModel's (seed 5), so it computes the same function."""
     start_worker(out, rank, stages)
     import deepspeed
-    import torch.nn as nn
-    from deepspeed.pipe import LayerSpec, PipelineModule, TiedLayerSpec
     deepspeed.init_distributed(dist_backend="gloo")
-
-    class EmbeddingPipe(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.word_embeddings = nn.Embedding(VOCAB, H)
-            self.position_embeddings = nn.Embedding(SEQ, H)
-
-        @property
-        def word_embeddings_weight(self):
-            return self.word_embeddings.weight
-
-        def forward(self, tokens):
-            return self.word_embeddings(tokens) + self.position_embeddings(torch.arange(tokens.shape[1]))
-
-    class Layer(nn.Module):  # ParallelTransformerLayerPipe's parameters, by their names
-        def __init__(self):
-            super().__init__()
-            self.input_layernorm, self.post_attention_layernorm = nn.LayerNorm(H), nn.LayerNorm(H)
-            self.self_attention = nn.Module()
-            self.self_attention.query_key_value, self.self_attention.dense = nn.Linear(H, 3 * H), nn.Linear(H, H)
-            self.mlp = nn.Module()
-            self.mlp.dense_h_to_4h, self.mlp.dense_4h_to_h = nn.Linear(H, 4 * H), nn.Linear(4 * H, H)
-
-        def forward(self, x):
-            B, T, _ = x.shape  # Megatron's fused QKV: per head, its q, k and v rows
-            qkv = self.self_attention.query_key_value(self.input_layernorm(x)).view(B, T, HEADS, 3, H // HEADS)
-            q, k, v = (qkv[..., i, :].transpose(1, 2) for i in range(3))
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(B, T, H)
-            x = x + self.self_attention.dense(y)
-            return x + self.mlp.dense_4h_to_h(F.gelu(self.mlp.dense_h_to_4h(self.post_attention_layernorm(x)), approximate="tanh"))
-
-    specs = [lambda t: t, TiedLayerSpec("embed", EmbeddingPipe, tied_weight_attr="word_embeddings_weight")]
-    specs += [LayerSpec(Layer) for _ in range(L)] + [LayerSpec(nn.LayerNorm, H)]
-    specs += [TiedLayerSpec("embed", EmbeddingPipe, forward_fn=lambda e, x: x @ e.word_embeddings.weight.t(),
-                            tied_weight_attr="word_embeddings_weight")]
-    pipe = PipelineModule(layers=specs, num_stages=stages, partition_method="uniform",
-                          loss_fn=lambda logits, labels: F.cross_entropy(logits.reshape(-1, VOCAB), labels.reshape(-1)))
+    pipe = gpt_pipe(stages)
     core = megatron_cpu.gpt(L, H, HEADS, SEQ, VOCAB, seed=5).state_dict()
     theirs = {"input_layernorm": "input_layernorm", "self_attention.query_key_value": "self_attention.linear_qkv",
               "self_attention.dense": "self_attention.linear_proj", "post_attention_layernorm": "pre_mlp_layernorm",
@@ -140,15 +102,9 @@ def pipe_worker(rank, stages, out):
            "gradient_clipping": 0.0, "steps_per_print": 10 ** 9}
     engine, _, _, _ = deepspeed.initialize(model=pipe, optimizer=opt, config=cfg, dist_init_required=False)
     sample = sample_reader(RUN.data, RUN.index)
-
-    def batches(it):
-        for m in range(GLOBAL // MICRO):
-            first = (it - 1) * GLOBAL + m * MICRO
-            b = torch.tensor(np.stack([sample(first + i) for i in range(MICRO)]).astype(np.int64))
-            yield b[:, :-1], b[:, 1:]
     losses = {}
     for it in range(1, N + K + 1):
-        losses[it] = engine.train_batch(batches(it)).item()
+        losses[it] = engine.train_batch(pipe_batches(sample, it)).item()
         if it == N:
             ckpt = os.path.join(out, f"pipe{stages}_z1")
             engine.save_checkpoint(ckpt, client_state={"args": megatron_args(N, pp=stages), "iteration": N, "checkpoint_version": 3.0})

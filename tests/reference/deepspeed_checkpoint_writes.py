@@ -20,6 +20,11 @@ ZeRO 1 and 3) writes one set of files per tensor-parallel rank, and DeepSpeed's
 engine over megatron-core's TP 2 GPTModel (Gloo processes, megatron-core's groups
 handed to it as Megatron-DeepSpeed's mpu) loads each rank's files and continues
 with pretrain_gpt's losses.
+Pipeline parallelism: pretrain_gpt over 2 stages at ZeRO 0 and 1 writes the pipeline
+engine's files (layer_XX-model_00-model_states.pt, each stage's model and ZeRO
+files), and DeepSpeed's pipeline engine over Megatron-DeepSpeed's GPTModelPipe
+layout loads them and continues with pretrain_gpt's losses; so does
+pretrain_gpt --load.
 
   deepspeed_checkpoint_writes.py BIN_DIR DATA_DIR WORK_DIR    (exit 77: a package is missing)
 """
@@ -29,7 +34,7 @@ import shutil
 import sys
 
 from reference_env import check, fresh_dir
-from deepspeed_run import GLOBAL, Run, continue_run, cosine_engine, end_worker, spawn_engines, start_worker
+from deepspeed_run import GLOBAL, LR, MICRO, Run, adamw_groups, continue_run, cosine_engine, end_worker, gpt_pipe, pipe_batches, spawn_engines, start_worker
 import torch
 from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
 from megatron_samples import sample_reader
@@ -100,6 +105,87 @@ def tensor_parallel_cases():
     return ok
 
 
+PIPE_STAGES = 2
+
+
+def pipe_ckpt(zero):
+    return os.path.join(WORK, f"ours_pp{PIPE_STAGES}_z{zero}")
+
+
+def pipe_worker(rank, stages, zero, out):
+    """DeepSpeed's pipeline engine (ZeRO `zero`) over Megatron-DeepSpeed's GPTModelPipe layout (other initial
+    weights), torch's AdamW in Megatron's groups and megatron-core's cosine scheduler, stepped by the
+    engine once per global batch of samples: loads pretrain_gpt's pipeline checkpoint and continues."""
+    start_worker(out, rank, stages)
+    import deepspeed
+    from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
+    deepspeed.init_distributed(dist_backend="gloo")
+    torch.manual_seed(99)
+    pipe = gpt_pipe(stages)
+    opt = adamw_groups(pipe)
+    steps = (N + K) * GLOBAL
+
+    class PerSamples(OptimizerParamScheduler):  # the pipeline engine steps its scheduler without arguments
+        def step(self, increment=GLOBAL):
+            super().step(increment)
+    sched = PerSamples(opt, init_lr=0.0, max_lr=LR, min_lr=MIN_LR, lr_warmup_steps=WARMUP * GLOBAL, lr_decay_steps=steps,
+                       lr_decay_style="cosine", start_wd=0.01, end_wd=0.01, wd_incr_steps=steps, wd_incr_style="constant")
+    cfg = {"train_micro_batch_size_per_gpu": MICRO, "gradient_accumulation_steps": GLOBAL // MICRO, "zero_optimization": {"stage": zero},
+           "gradient_clipping": 0.0, "steps_per_print": 10 ** 9}
+    engine, _, _, _ = deepspeed.initialize(model=pipe, optimizer=opt, lr_scheduler=sched, config=cfg, dist_init_required=False)
+    where, client = engine.load_checkpoint(pipe_ckpt(zero), tag=f"global_step{N}")
+    sample = sample_reader(RUN.data, RUN.index)
+    state = {"loaded": where is not None, "iteration": client.get("iteration") if client else None, "global_steps": engine.global_steps,
+             "scheduler_steps": sched.num_steps, "losses": {it: engine.train_batch(pipe_batches(sample, it)).item() for it in range(N + 1, N + K + 1)}}
+    if rank == stages - 1:
+        with open(os.path.join(out, "pipe.json"), "w") as f:
+            json.dump(state, f)
+    end_worker()
+
+
+def pipeline_case(zero):
+    """DeepSpeed's pipeline engine continues pretrain_gpt's pipeline checkpoint (layer files, each stage's model file and, at
+    ZeRO 1, its optimizer files), at ZeRO `zero` (0 or 1, what that engine runs)."""
+    import torch.multiprocessing as mp
+    RUN.pretrain(pipe_ckpt(zero), "--nproc-per-node", str(PIPE_STAGES), "--pipeline-model-parallel-size", str(PIPE_STAGES), "--zero-stage",
+                 str(zero), "--ckpt-format", "deepspeed", "--save-interval", str(N), schedule=SCHEDULE)
+    ours = Run.losses(pipe_ckpt(zero))
+    files = sorted(os.listdir(os.path.join(pipe_ckpt(zero), f"global_step{N}")))
+    out = fresh_dir(os.path.join(WORK, f"ds_pipe_z{zero}"))
+    mp.spawn(pipe_worker, args=(PIPE_STAGES, zero, out), nprocs=PIPE_STAGES, join=True)
+    with open(os.path.join(out, "pipe.json")) as f:
+        ds = json.load(f)
+    theirs = {int(k): v for k, v in ds["losses"].items()}
+    diff = worst(theirs, ours)
+    ok = check(ds["loaded"] and ds["iteration"] == N and ds["global_steps"] == N and ds["scheduler_steps"] == N * GLOBAL and diff <= TOLERANCE,
+               f"pp{PIPE_STAGES}_z{zero}: DeepSpeed's pipeline engine over {PIPE_STAGES} stages loads {', '.join(files)} and continues iterations "
+               f"{N + 1}-{N + K} with pretrain_gpt's losses within {diff:.1e} (relative)")
+    copy = save_of_iteration_n(pipe_ckpt(zero), f"pipe_z{zero}")
+    resumed = os.path.join(WORK, f"resumed_pipe_z{zero}")
+    log = RUN.pretrain(resumed, "--load", copy, "--nproc-per-node", str(PIPE_STAGES), "--pipeline-model-parallel-size", str(PIPE_STAGES),
+                       "--zero-stage", str(zero), schedule=SCHEDULE)
+    again = Run.losses(resumed)
+    diff = worst(again, ours)
+    ok &= check("Adam's moments and step" in log and sorted(again) == list(range(N + 1, N + K + 1)) and diff <= TOLERANCE,
+                f"pp{PIPE_STAGES}_z{zero}: pretrain_gpt --load of it continues with the same losses within {diff:.1e}")
+    one = os.path.join(WORK, f"resumed_pipe_z{zero}_one_process")  # in another layout: the stages joined
+    log = RUN.pretrain(one, "--load", copy, "--zero-stage", str(zero), schedule=SCHEDULE)
+    diff = worst(Run.losses(one), ours)
+    return ok & check("Adam's moments and step" in log and diff <= TOLERANCE,
+                      f"pp{PIPE_STAGES}_z{zero}: pretrain_gpt --load of it on one process continues with the same losses within {diff:.1e}")
+
+
+def save_of_iteration_n(ckpt, name):
+    """A copy of pretrain_gpt's DeepSpeed-format run directory whose `latest` names the save of
+    iteration N (and no Megatron tracker), for pretrain_gpt to resume its own save."""
+    copy = os.path.join(WORK, "resume_src_" + name)
+    shutil.copytree(ckpt, copy)
+    with open(os.path.join(copy, "latest"), "w") as f:
+        f.write(f"global_step{N}")
+    os.remove(os.path.join(copy, "latest_checkpointed_iteration.txt"))
+    return copy
+
+
 def worst(ours, theirs):
     return max(abs(ours[it] - theirs[it]) / abs(theirs[it]) for it in range(N + 1, N + K + 1))
 
@@ -132,12 +218,7 @@ def main():
             sd = get_fp32_state_dict_from_zero_checkpoint(ckpt_of(world, stage), tag=f"global_step{N}")
             ok &= check(len(sd) > 0 and "embedding.word_embeddings.weight" in sd,
                         f"{name}: zero_to_fp32 reads {len(sd)} tensors, the embedding {tuple(sd['embedding.word_embeddings.weight'].shape)}")
-        # pretrain_gpt resumes its own DeepSpeed-format save of iteration N
-        copy = os.path.join(WORK, "resume_src_" + name)
-        shutil.copytree(ckpt_of(world, stage), copy)
-        with open(os.path.join(copy, "latest"), "w") as f:
-            f.write(f"global_step{N}")
-        os.remove(os.path.join(copy, "latest_checkpointed_iteration.txt"))
+        copy = save_of_iteration_n(ckpt_of(world, stage), name)
         resumed = os.path.join(WORK, "resumed_" + name)
         log = RUN.pretrain(resumed, "--load", copy, "--nproc-per-node", str(world), "--zero-stage", str(stage), schedule=SCHEDULE)
         again = Run.losses(resumed)
@@ -145,6 +226,8 @@ def main():
         ok &= check("Adam's moments and step" in log and sorted(again) == list(range(N + 1, N + K + 1)) and diff <= TOLERANCE,
                     f"{name}: pretrain_gpt --load of it continues with the same losses within {diff:.1e}")
     ok &= tensor_parallel_cases()
+    ok &= pipeline_case(0)
+    ok &= pipeline_case(1)
     sys.exit(0 if ok else 1)
 
 

@@ -108,6 +108,61 @@ def adamw_groups(model, weight_decay=0.01):
                               {"params": no_decay, "weight_decay": 0.0, "wd_mult": 0.0, "lr_mult": 1.0}], lr=LR)
 
 
+def gpt_pipe(stages):
+    """DeepSpeed's PipelineModule laid out as Megatron-DeepSpeed's GPTModelPipe over `stages` stages: spec
+    0 a function, 1 the tied embedding, 2 + l transformer layer l with ParallelTransformerLayerPipe's
+    parameter names in its order, 2 + L the final LayerNorm, 3 + L the tied head; torch's default
+    initial weights. The caller has initialised DeepSpeed's distributed backend."""
+    import torch.nn as nn
+    from deepspeed.pipe import LayerSpec, PipelineModule, TiedLayerSpec
+
+    class EmbeddingPipe(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.word_embeddings = nn.Embedding(VOCAB, H)
+            self.position_embeddings = nn.Embedding(SEQ, H)
+
+        @property
+        def word_embeddings_weight(self):
+            return self.word_embeddings.weight
+
+        def forward(self, tokens):
+            return self.word_embeddings(tokens) + self.position_embeddings(torch.arange(tokens.shape[1]))
+
+    class Layer(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.input_layernorm = nn.LayerNorm(H)
+            self.self_attention = nn.Module()
+            self.self_attention.query_key_value, self.self_attention.dense = nn.Linear(H, 3 * H), nn.Linear(H, H)
+            self.post_attention_layernorm = nn.LayerNorm(H)
+            self.mlp = nn.Module()
+            self.mlp.dense_h_to_4h, self.mlp.dense_4h_to_h = nn.Linear(H, 4 * H), nn.Linear(4 * H, H)
+
+        def forward(self, x):
+            B, T, _ = x.shape  # Megatron's fused QKV: per head, its q, k and v rows
+            qkv = self.self_attention.query_key_value(self.input_layernorm(x)).view(B, T, HEADS, 3, H // HEADS)
+            q, k, v = (qkv[..., i, :].transpose(1, 2) for i in range(3))
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(B, T, H)
+            x = x + self.self_attention.dense(y)
+            return x + self.mlp.dense_4h_to_h(F.gelu(self.mlp.dense_h_to_4h(self.post_attention_layernorm(x)), approximate="tanh"))
+
+    specs = [lambda t: t, TiedLayerSpec("embed", EmbeddingPipe, tied_weight_attr="word_embeddings_weight")]
+    specs += [LayerSpec(Layer) for _ in range(L)] + [LayerSpec(nn.LayerNorm, H)]
+    specs += [TiedLayerSpec("embed", EmbeddingPipe, forward_fn=lambda e, x: x @ e.word_embeddings.weight.t(),
+                            tied_weight_attr="word_embeddings_weight")]
+    return PipelineModule(layers=specs, num_stages=stages, partition_method="uniform",
+                          loss_fn=lambda logits, labels: F.cross_entropy(logits.reshape(-1, VOCAB), labels.reshape(-1)))
+
+
+def pipe_batches(sample, it):
+    """Iteration `it`'s global batch in pretrain_gpt's order as the pipeline engine takes it: (inputs, labels) per micro-batch."""
+    for m in range(GLOBAL // MICRO):
+        first = (it - 1) * GLOBAL + m * MICRO
+        b = torch.tensor(np.stack([sample(first + i) for i in range(MICRO)]).astype(np.int64))
+        yield b[:, :-1], b[:, 1:]
+
+
 class TensorParallelMpu:
     """megatron-core's process groups as DeepSpeed's engine asks for them (Megatron-DeepSpeed's
     mpu): its model parallelism is the tensor parallelism here."""

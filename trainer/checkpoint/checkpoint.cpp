@@ -632,7 +632,7 @@ void publish_checkpoint(const std::string& dir, const fs::path& tmp_dir, const s
 void write_deepspeed_files(Gpt2& model, const ZeroEngine::FullState& full, const ProcessGrid& grid, const RngTracker& rng, const RunState& st,
                            DeepSpeedRun run, const fs::path& tag_dir) {
   const GlobalNamed named = by_global_name(model, full);
-  const MegatronPart part = part_of(model, grid, st);  // one pipeline stage (save_checkpoint checks)
+  const MegatronPart part = part_of(model, grid, st);
   run.dp_size = grid.dp_size();
   run.iteration = st.iteration;
   run.adam_step = full.step;
@@ -690,8 +690,7 @@ CheckpointFormat checkpoint_format(const std::string& ckpt_format) {
 void save_checkpoint(const std::string& dir, Gpt2& model, ZeroEngine& engine, ProcessGrid& grid, const RngTracker& rng,
                      const RunState& st, int save_number, CheckpointFormat format, const DeepSpeedRun* ds) {
   const bool deepspeed = format == CheckpointFormat::kDeepSpeed;
-  if (deepspeed && (!ds || grid.pp_size() != 1))
-    throw Error(ErrorKind::Internal, "a DeepSpeed checkpoint needs the run's optimizer settings and one pipeline stage");
+  if (deepspeed && !ds) throw Error(ErrorKind::Internal, "a DeepSpeed checkpoint needs the run's optimizer settings");
   if (format == CheckpointFormat::kMegatron && !ds) throw Error(ErrorKind::Internal, "a Megatron checkpoint needs the run's optimizer settings");
   ZeroEngine::FullState full = engine.gather_state();  // on data-parallel rank 0
   Comm& world = grid.world();

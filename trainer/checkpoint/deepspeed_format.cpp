@@ -225,8 +225,16 @@ class PipeLayers {
       prefixes_[index] = prefix;
       files_.emplace_back(path.string(), prefix);
     }
+    paths_ = std::move(files);
   }
   bool empty() const { return files_.empty(); }
+  // The indices of the layer files, and one layer's weights under its own keys ("mlp.dense_h_to_4h.weight").
+  std::vector<long> indices() const {
+    std::vector<long> out;
+    for (const auto& [index, path] : paths_) out.push_back(index);
+    return out;
+  }
+  PyValue layer(long index) const { return load_torch_file(paths_.at(index).string()); }
   // The weights as the layer files hold them (the module's dtype), under Megatron's names.
   std::vector<std::pair<std::string, torch::Tensor>> weights() const {
     std::vector<std::pair<std::string, torch::Tensor>> out;
@@ -253,6 +261,7 @@ class PipeLayers {
 
  private:
   std::map<long, std::string> prefixes_;
+  std::map<long, fs::path> paths_;
   std::vector<std::pair<std::string, std::string>> files_;  // (file, its Megatron name prefix), in layer order
 };
 
@@ -428,6 +437,7 @@ class DeepSpeedReader {
       partitions = fs::exists(*tag_ / model_file(s, false)) && !stage_files.back().empty();
     }
     if (!partitions) {
+      if (m_.tp == 1 && files.empty() && pipeline_stage_optimizers(states, pipe)) return;
       moments_ = false;
       for (const auto& [name, w] : pipe.weights()) join_.add(tp, 0, name, w, pipe.file());
       return;
@@ -437,6 +447,52 @@ class DeepSpeedReader {
       auto rename = [&](const std::string& name) { return pipe.megatron_name(name, sfile.string()); };
       from_partitions(tp, s == 0 ? states : load_torch_file(sfile.string()), sfile, stage_files[static_cast<size_t>(s)], rename);
     }
+  }
+
+  // Without ZeRO each stage's model file holds the optimizer of the stage's parameters, which
+  // that file does not name: they are the pipeline module's, in its order (the tied embedding on
+  // the first and the last stage, then the stage's layers by index), the layers cut evenly over
+  // the stages as Megatron-DeepSpeed's partition of its transformer layers does. Their weights
+  // are the layer files'; read_torch_optimizer_state (module_optimizer) numbers them through
+  // Megatron's groups. False (nothing added) when a stage's optimizer state does not fit.
+  bool pipeline_stage_optimizers(const PyValue& stage0, const PipeLayers& pipe) {
+    const std::vector<long> indices = pipe.indices();
+    const int64_t per_stage = m_.config.num_layers / m_.pp;
+    // the embedding (1), the layers (2..L+1) and the final LayerNorm (L+2), each in a file
+    if (m_.config.num_layers % m_.pp != 0 || static_cast<int64_t>(indices.size()) != m_.config.num_layers + 2) return false;
+    for (size_t i = 0; i < indices.size(); ++i)
+      if (indices[i] != static_cast<long>(i) + 1) return false;
+    const PyValue embedding = pipe.layer(1);
+    std::vector<std::pair<std::string, TorchOptimizerState>> stages;
+    for (int64_t s = 0; s < m_.pp; ++s) {
+      const fs::path sfile = *tag_ / model_file(s, false);
+      if (s > 0 && !fs::exists(sfile)) return false;
+      const PyValue states = s == 0 ? PyValue() : load_torch_file(sfile.string());
+      auto module = std::make_shared<PyValue>();
+      module->kind = PyValue::Kind::Dict;
+      auto add = [&](const std::string& prefix, const PyValue& layer) {
+        for (const auto& [k, t] : layer.entries) module->entries.emplace_back(py_str(prefix + k->as_str()), t);
+      };
+      if (s == 0 || s == m_.pp - 1) add("tied_modules.embed.", embedding);
+      for (int64_t l = s * per_stage; l < (s + 1) * per_stage; ++l) add(std::to_string(2 + l) + ".", pipe.layer(2 + l));
+      if (s == m_.pp - 1) add(std::to_string(2 + m_.config.num_layers) + ".", pipe.layer(2 + m_.config.num_layers));
+      TorchOptimizerState o = module_optimizer(*module, (s == 0 ? stage0 : states).find("optimizer"));
+      if (o.exp_avg.size() != o.exp_avg_sq.size() || o.exp_avg.empty() || !o.why.empty()) return false;
+      if (s == 0) read_loss_scale(stage0.at("optimizer"), m_);
+      for (const auto& [k, t] : module->entries)
+        if (!o.exp_avg.count(k->as_str())) return false;
+      for (const auto& [k, t] : module->entries) o.master.try_emplace(k->as_str(), t->as_tensor());  // fp32 runs keep no masters
+      stages.emplace_back(sfile.string(), std::move(o));
+    }
+    std::set<std::string> seen;  // the last stage's copy of the tied embedding is skipped
+    for (const auto& [file, o] : stages)
+      for (const auto& [name, w] : o.master) {
+        const std::string theirs = pipe.megatron_name(name, file);
+        if (!seen.insert(theirs).second) continue;
+        join_.add(0, 0, theirs, w, file, o.exp_avg.at(name), o.exp_avg_sq.at(name));
+      }
+    m_.adam_step = stages.front().second.step;
+    return true;
   }
 
   // Every data-parallel rank's partition of one model-states file.
@@ -800,7 +856,7 @@ std::shared_ptr<PyValue> universal_checkpoint_info() {
 // partitions), the groups' parameter shapes in order, counters, the scheduler, the config, and
 // Megatron-DeepSpeed's client state (args, iteration, and run.client_state's: its rng_state).
 PyValue model_states(const std::shared_ptr<PyValue>& module, const std::vector<Group>& groups, const MegatronPart& part,
-                     const DeepSpeedRun& run, const std::shared_ptr<PyValue>& ds_config, const std::shared_ptr<PyValue>& optimizer) {
+                     const DeepSpeedRun& run, const std::shared_ptr<PyValue>& ds_config, const std::shared_ptr<PyValue>& optimizer, bool pipeline) {
   const bool stage3 = run.stage == 3, zero = run.stage > 0;
   PyValue top;
   top.kind = PyValue::Kind::Dict;
@@ -815,7 +871,7 @@ PyValue model_states(const std::shared_ptr<PyValue>& module, const std::vector<G
     if (!v->is(PyValue::Kind::Tensor)) mod->entries.emplace_back(k, is_extra_state(k->as_str()) ? py_tensor(torch::empty({0}, torch::kUInt8)) : v);
     else mod->entries.emplace_back(k, py_tensor(stage3 ? torch::empty({0}, dtype) : v->tensor.to(dtype)));
   }
-  put("module", mod);
+  put("module", pipeline ? py_none() : mod);  // the pipeline engine keeps its weights in the layer files
   put("buffer_names", py_list());
   put("optimizer", optimizer ? optimizer : py_none());
   auto shapes = py_list();
@@ -834,9 +890,9 @@ PyValue model_states(const std::shared_ptr<PyValue>& module, const std::vector<G
   put("global_steps", py_int(part.iteration));
   put("global_samples", py_int(part.consumed_train));
   put("dp_world_size", py_int(run.dp_size));
-  put("mp_world_size", py_int(part.tp));
+  put("mp_world_size", py_int(pipeline ? part.tp * part.pp : part.tp));  // the pipeline grid's model-parallel group: every stage
   auto dims = py_dict();
-  dims->entries.emplace_back(py_str("pp_degree"), py_int(1));
+  dims->entries.emplace_back(py_str("pp_degree"), py_int(part.pp));
   dims->entries.emplace_back(py_str("tp_degree"), py_int(part.tp));
   put("checkpoint_parallel_dimensions", dims);
   put("ds_config", ds_config);
@@ -848,6 +904,68 @@ PyValue model_states(const std::shared_ptr<PyValue>& module, const std::vector<G
   if (run.client_state)
     for (const auto& [k, v] : run.client_state->entries) put(k->as_str().c_str(), v);
   return top;
+}
+
+// Megatron-DeepSpeed's GPTModelPipe under DeepSpeed's PipelineModule: spec 0 casts the input, 1 is
+// the tied embedding, 2 + l transformer layer l (the legacy names), 2 + L the final LayerNorm and
+// 3 + L the tied embedding again as the head (a function of the tied module, saved in no file).
+constexpr int64_t kPipeFirstLayer = 2;
+
+// A stage's tensors (megatron_part_state's dict: megatron-core's names, layers numbered from 0 on
+// the stage) under the pipeline module's names, in its parameters' order: the tied module
+// (tied_modules.embed.*, on the first and the last stage) first, then each layer's by spec index.
+// The last stage's copy of the position embedding, which no forward pass reads, is zeros.
+std::shared_ptr<PyValue> pipe_stage_state(const PyValue& core, const MegatronPart& part) {
+  const Gpt2Config& c = part.config;
+  const int64_t per_stage = c.num_layers / part.pp, first_layer = part.pp_rank * per_stage;
+  const bool first_stage = part.pp_rank == 0, last_stage = part.pp_rank == part.pp - 1;
+  auto out = py_dict();
+  auto put = [&](const std::string& name, const torch::Tensor& t) { out->entries.emplace_back(py_str(name), py_tensor(t)); };
+  if (first_stage || last_stage) {
+    put("tied_modules.embed.word_embeddings.weight", core.at(first_stage ? "embedding.word_embeddings.weight" : "output_layer.weight").as_tensor());
+    put("tied_modules.embed.position_embeddings.weight",
+        first_stage ? core.at("embedding.position_embeddings.weight").as_tensor() : torch::zeros({c.max_positions, c.hidden}));
+  }
+  static const std::pair<const char*, const char*> kLayer[] = {
+      {"input_layernorm", "input_layernorm"},     {"self_attention.linear_qkv", "self_attention.query_key_value"},
+      {"self_attention.linear_proj", "self_attention.dense"}, {"pre_mlp_layernorm", "post_attention_layernorm"},
+      {"mlp.linear_fc1", "mlp.dense_h_to_4h"},    {"mlp.linear_fc2", "mlp.dense_4h_to_h"}};
+  for (int64_t k = 0; k < per_stage; ++k)
+    for (const auto& [theirs, pipe] : kLayer)
+      for (const char* kind : {".weight", ".bias"})
+        put(std::to_string(kPipeFirstLayer + first_layer + k) + "." + pipe + kind,
+            core.at("decoder.layers." + std::to_string(k) + "." + theirs + kind).as_tensor());
+  if (last_stage)
+    for (const char* kind : {"weight", "bias"})
+      put(std::to_string(kPipeFirstLayer + c.num_layers) + "." + kind, core.at(std::string("decoder.final_layernorm.") + kind).as_tensor());
+  return out;
+}
+
+// The stage's layer files, as PipelineModule.save_state_dict writes them: layer_XX-model_TT-model_states.pt
+// (XX the spec index, TT the tensor-parallel rank: Megatron-DeepSpeed's topology has that axis) with
+// the layer's state dict in the training dtype; the embedding from the first stage only.
+void write_pipe_layers(const fs::path& tag, const PyValue& stage, const MegatronPart& part, const DeepSpeedRun& run) {
+  const auto dtype = run.bf16 ? torch::kBFloat16 : run.fp16 ? torch::kHalf : torch::kFloat;
+  std::map<int64_t, std::shared_ptr<PyValue>> layers;
+  for (const auto& [k, t] : stage.entries) {
+    const std::string& name = k->as_str();
+    constexpr std::string_view kTied = "tied_modules.embed.";
+    int64_t index = 1;  // the embedding's spec
+    std::string key;
+    if (name.starts_with(kTied)) {
+      if (part.pp_rank != 0) continue;  // the head's copy: its spec is a function, not saved
+      key = name.substr(kTied.size());
+    } else {
+      const size_t dot = name.find('.');
+      index = std::stoll(name.substr(0, dot));
+      key = name.substr(dot + 1);
+    }
+    auto& layer = layers[index];
+    if (!layer) layer = py_dict();
+    layer->entries.emplace_back(py_str(key), py_tensor(t->tensor.to(dtype)));
+  }
+  for (const auto& [index, layer] : layers)
+    save_torch_file((tag / strprintf("layer_%02ld-model_%02ld-model_states.pt", (long)index, (long)part.tp_rank)).string(), *layer);
 }
 
 // What DeepSpeed's JSON would have said for this run (its engine keeps it in every file).
@@ -895,23 +1013,33 @@ void write_deepspeed_part(const std::string& tag_dir, const MegatronPart& part, 
                           const std::map<std::string, torch::Tensor>& exp_avg, const std::map<std::string, torch::Tensor>& exp_avg_sq,
                           const DeepSpeedRun& run) {
   if (run.stage != 0) partitioning_of(run.stage, "--ckpt-format deepspeed with ZeRO stage " + std::to_string(run.stage));
-  const std::shared_ptr<PyValue> module = megatron_part_state(params, part);
-  const std::vector<Group> groups = groups_of(*module, *megatron_part_state(exp_avg, part), *megatron_part_state(exp_avg_sq, part),
-                                              run.weight_decay);
+  const bool pipeline = part.pp > 1;
+  if (pipeline && (run.stage > 1 || part.tp > 1))
+    throw Error(ErrorKind::Internal, "DeepSpeed's pipeline files are written at ZeRO 0 or 1 and TP 1 (stage %d, TP %ld)", run.stage, (long)part.tp);
+  auto names = [&](const std::map<std::string, torch::Tensor>& t) {
+    const std::shared_ptr<PyValue> core = megatron_part_state(t, part);
+    return pipeline ? pipe_stage_state(*core, part) : core;
+  };
+  const std::shared_ptr<PyValue> module = names(params);
+  const std::vector<Group> groups = groups_of(*module, *names(exp_avg), *names(exp_avg_sq), run.weight_decay);
   const std::shared_ptr<PyValue> config = ds_config_of(run);
   const fs::path tag(tag_dir);
+  // The pipeline grid's model-parallel rank names a stage's files; the layers go to files of their own.
+  const int64_t mp_rank = pipeline ? part.pp_rank * part.tp + part.tp_rank : part.tp_rank;
+  if (pipeline) write_pipe_layers(tag, *module, part, run);
   if (run.stage == 0) {  // no partitions: the optimizer's state is in the model file
     const auto optimizer = run.fp16 || run.bf16 ? fused_fp16_optimizer_state(groups, run) : per_parameter_adamw_state(groups, *module, run);
-    save_torch_file((tag / model_file(part.tp_rank, false)).string(), model_states(module, groups, part, run, config, optimizer));
+    save_torch_file((tag / model_file(mp_rank, false)).string(), model_states(module, groups, part, run, config, optimizer, pipeline));
     return;
   }
-  if (run.stage < 3) save_torch_file((tag / model_file(part.tp_rank, false)).string(), model_states(module, groups, part, run, config, nullptr));
+  if (run.stage < 3)
+    save_torch_file((tag / model_file(mp_rank, false)).string(), model_states(module, groups, part, run, config, nullptr, pipeline));
   const std::vector<GroupFlats> flats = run.stage < 3 ? group_flats(groups) : std::vector<GroupFlats>{};
   for (int64_t d = 0; d < run.dp_size; ++d) {
     if (run.stage == 3)
-      save_torch_file((tag / model_file(part.tp_rank, true, d)).string(), model_states(module, groups, part, run, config, nullptr));
+      save_torch_file((tag / model_file(mp_rank, true, d)).string(), model_states(module, groups, part, run, config, nullptr, false));
     const RankPieces r = run.stage == 3 ? per_parameter_pieces(groups, d, run.dp_size) : flat_pieces(groups, flats, d, run.dp_size);
-    save_torch_file((tag / optim_file(part.tp_rank, d, run.bf16)).string(), optim_states(groups, r, run, config));
+    save_torch_file((tag / optim_file(mp_rank, d, run.bf16)).string(), optim_states(groups, r, run, config));
   }
 }
 
