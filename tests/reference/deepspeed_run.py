@@ -112,7 +112,9 @@ def gpt_pipe(stages):
     """DeepSpeed's PipelineModule laid out as Megatron-DeepSpeed's GPTModelPipe over `stages` stages: spec
     0 a function, 1 the tied embedding, 2 + l transformer layer l with ParallelTransformerLayerPipe's
     parameter names in its order, 2 + L the final LayerNorm, 3 + L the tied head; torch's default
-    initial weights. The caller has initialised DeepSpeed's distributed backend."""
+    initial weights; its layers cut uniformly over the specs, which is GPTModelPipe's cut of the tests'
+    2 layers over 2 stages (its own counts transformer layers only). The caller has initialised
+    DeepSpeed's distributed backend."""
     import torch.nn as nn
     from deepspeed.pipe import LayerSpec, PipelineModule, TiedLayerSpec
 

@@ -478,12 +478,12 @@ class DeepSpeedReader {
       if (s == m_.pp - 1) add(std::to_string(2 + m_.config.num_layers) + ".", pipe.layer(2 + m_.config.num_layers));
       TorchOptimizerState o = module_optimizer(*module, (s == 0 ? stage0 : states).find("optimizer"));
       if (o.exp_avg.size() != o.exp_avg_sq.size() || o.exp_avg.empty() || !o.why.empty()) return false;
-      if (s == 0) read_loss_scale(stage0.at("optimizer"), m_);
       for (const auto& [k, t] : module->entries)
         if (!o.exp_avg.count(k->as_str())) return false;
       for (const auto& [k, t] : module->entries) o.master.try_emplace(k->as_str(), t->as_tensor());  // fp32 runs keep no masters
       stages.emplace_back(sfile.string(), std::move(o));
     }
+    read_loss_scale(stage0.at("optimizer"), m_);
     std::set<std::string> seen;  // the last stage's copy of the tied embedding is skipped
     for (const auto& [file, o] : stages)
       for (const auto& [name, w] : o.master) {

@@ -79,8 +79,9 @@ struct DeepSpeedRun {
   std::shared_ptr<PyValue> lr_scheduler;
   uint64_t seed = 0;  // --seed: Megatron's rng_state is seeded from it
   // Megatron's format: --use-distributed-optimizer (Adam's state goes to distrib_optim.pt), and
-  // whether its gradient buffer is fp32 (--accumulate-allreduce-grads-in-fp32, which Megatron-LM
-  // turns on for --bf16) or of the parameters' dtype, which names the buffer there.
+  // whether the gradient buffer that names it there is fp32 or of the parameters' dtype: as
+  // Megatron-LM's defaults make it for the run's flags (fp32 with
+  // --accumulate-allreduce-grads-in-fp32, which Megatron-LM turns on for --bf16).
   bool distributed_optimizer = false, grad_reduce_fp32 = false;
   std::shared_ptr<PyValue> client_state;  // further entries of the model-states files (a Dict: Megatron-DeepSpeed's rng_state)
 };
