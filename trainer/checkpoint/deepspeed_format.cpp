@@ -186,6 +186,11 @@ void merge_stage3(const std::vector<std::vector<Param>>& groups, const std::vect
                 (long)flat[0].numel());
 }
 
+// Megatron-DeepSpeed's GPTModelPipe under DeepSpeed's PipelineModule: spec 0 casts the input, 1 is
+// the tied embedding, 2 + l transformer layer l (the legacy names), 2 + L the final LayerNorm and
+// 3 + L the tied embedding again as the head (a function of the tied module, saved in no file).
+constexpr int64_t kPipeFirstLayer = 2;
+
 // The pipeline engine's checkpoint (PipelineModule, as Megatron-DeepSpeed's GPTModelPipe): one
 // file per layer holding parameters, layer_XX[-model_TT]-model_states.pt (XX the layer's index in
 // the module's list, global over the stages; TT the tensor-parallel rank), and parameter names
@@ -458,11 +463,11 @@ class DeepSpeedReader {
   bool pipeline_stage_optimizers(const PyValue& stage0, const PipeLayers& pipe) {
     const std::vector<long> indices = pipe.indices();
     const int64_t per_stage = m_.config.num_layers / m_.pp;
-    // the embedding (1), the layers (2..L+1) and the final LayerNorm (L+2), each in a file
+    // the embedding (kPipeFirstLayer - 1), the layers and the final LayerNorm after them, each in a file
     if (m_.config.num_layers % m_.pp != 0 || static_cast<int64_t>(indices.size()) != m_.config.num_layers + 2) return false;
     for (size_t i = 0; i < indices.size(); ++i)
-      if (indices[i] != static_cast<long>(i) + 1) return false;
-    const PyValue embedding = pipe.layer(1);
+      if (indices[i] != static_cast<long>(i) + kPipeFirstLayer - 1) return false;
+    const PyValue embedding = pipe.layer(kPipeFirstLayer - 1);
     std::vector<std::pair<std::string, TorchOptimizerState>> stages;
     for (int64_t s = 0; s < m_.pp; ++s) {
       const fs::path sfile = *tag_ / model_file(s, false);
@@ -474,8 +479,10 @@ class DeepSpeedReader {
         for (const auto& [k, t] : layer.entries) module->entries.emplace_back(py_str(prefix + k->as_str()), t);
       };
       if (s == 0 || s == m_.pp - 1) add("tied_modules.embed.", embedding);
-      for (int64_t l = s * per_stage; l < (s + 1) * per_stage; ++l) add(std::to_string(2 + l) + ".", pipe.layer(2 + l));
-      if (s == m_.pp - 1) add(std::to_string(2 + m_.config.num_layers) + ".", pipe.layer(2 + m_.config.num_layers));
+      for (int64_t l = s * per_stage; l < (s + 1) * per_stage; ++l)
+        add(std::to_string(kPipeFirstLayer + l) + ".", pipe.layer(kPipeFirstLayer + l));
+      const int64_t norm = kPipeFirstLayer + m_.config.num_layers;
+      if (s == m_.pp - 1) add(std::to_string(norm) + ".", pipe.layer(norm));
       TorchOptimizerState o = module_optimizer(*module, (s == 0 ? stage0 : states).find("optimizer"));
       if (o.exp_avg.size() != o.exp_avg_sq.size() || o.exp_avg.empty() || !o.why.empty()) return false;
       for (const auto& [k, t] : module->entries)
@@ -906,11 +913,6 @@ PyValue model_states(const std::shared_ptr<PyValue>& module, const std::vector<G
   return top;
 }
 
-// Megatron-DeepSpeed's GPTModelPipe under DeepSpeed's PipelineModule: spec 0 casts the input, 1 is
-// the tied embedding, 2 + l transformer layer l (the legacy names), 2 + L the final LayerNorm and
-// 3 + L the tied embedding again as the head (a function of the tied module, saved in no file).
-constexpr int64_t kPipeFirstLayer = 2;
-
 // A stage's tensors (megatron_part_state's dict: megatron-core's names, layers numbered from 0 on
 // the stage) under the pipeline module's names, in its parameters' order: the tied module
 // (tied_modules.embed.*, on the first and the last stage) first, then each layer's by spec index.
@@ -950,7 +952,7 @@ void write_pipe_layers(const fs::path& tag, const PyValue& stage, const Megatron
   for (const auto& [k, t] : stage.entries) {
     const std::string& name = k->as_str();
     constexpr std::string_view kTied = "tied_modules.embed.";
-    int64_t index = 1;  // the embedding's spec
+    int64_t index = kPipeFirstLayer - 1;  // the embedding's spec
     std::string key;
     if (name.starts_with(kTied)) {
       if (part.pp_rank != 0) continue;  // the head's copy: its spec is a function, not saved
