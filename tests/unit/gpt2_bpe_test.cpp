@@ -1,5 +1,6 @@
 #include "common/tokenizer/gpt2_bpe.h"
 
+#include <hwy/targets.h>
 #include <simdjson.h>
 
 #include <cstdlib>
@@ -169,6 +170,73 @@ TEST(Gpt2PreTokenizer, MatchesIcuRegexReference) {
     auto fast = gpt2_pretokenize(valid);
     std::vector<std::string> got(fast.begin(), fast.end());
     ASSERT_EQ(got, gpt2_pretokenize_reference(valid)) << "text: " << valid;
+  }
+}
+
+// Longer texts than the scanner's 64-byte window, cut at every length, so that pieces cross
+// windows, runs outlast them, and contractions, non-ASCII characters and ill-formed bytes
+// fall at every position of a window.
+std::string long_random_text(std::mt19937& rng, size_t n) {
+  static const std::vector<std::string> runs = {std::string(70, ' '), std::string(65, 'x'), std::string(63, '7'),
+                                                std::string(66, '.'), " \n \n", "\r\n\r\n  ", "don't", "we'll"};
+  std::string s;
+  while (s.size() < n) s += rng() % 16 == 0 ? runs[rng() % runs.size()] : random_text(rng, 1 + rng() % 8);
+  s.resize(n);
+  return s;
+}
+
+std::vector<std::string_view> scan_all(std::string_view text, size_t cap, bool scalar) {
+  std::vector<const char*> ends(cap);
+  std::vector<std::string_view> out;
+  const char* p = text.data();
+  const char* end = p + text.size();
+  while (p < end) {
+    const size_t n = scalar ? detail::scan_pieces_scalar(p, end, ends.data(), cap)
+                            : detail::scan_pieces(p, end, ends.data(), cap);
+    EXPECT_GE(n, 1u);
+    EXPECT_LE(n, cap);
+    for (size_t k = 0; k < n; ++k) {
+      out.emplace_back(p, static_cast<size_t>(ends[k] - p));
+      p = ends[k];
+    }
+  }
+  return out;
+}
+
+// The SIMD scanner (every Highway target this machine runs, and every batch size down to one
+// piece) against the one-character-at-a-time scan, ill-formed UTF-8 included, and against
+// ICU's regex on well-formed text.
+TEST(Gpt2PreTokenizer, WindowScannerEqualsTheScalarScanOnEveryTarget) {
+  std::vector<std::string> texts;
+  std::mt19937 rng(77);
+  for (int iter = 0; iter < 400; ++iter) texts.push_back(long_random_text(rng, 1 + rng() % 300));
+  for (int c = 0; c < 128; ++c) texts.push_back(std::string("ab") + static_cast<char>(c) + "cd " + static_cast<char>(c));
+  // Each of these at every offset of the first two windows, after short words.
+  const std::string words = [] {
+    std::string w;
+    while (w.size() < 140) w += "ab ";
+    return w;
+  }();
+  for (const char* snippet : {"'s", "'t", "'re", "'ve", "'m", "'ll", "'d", "'x", "''s", "!'re", " 're", "\n'll", "  b",
+                              "\n\nb", "\n b", " \xc2\xa0b", "  \xc2\xa0", "a\xc3\xa9", "1\xd9\xa3", ".\xe2\x80\x94"})
+    for (size_t offset = 0; offset < 140; ++offset) {
+      texts.push_back(words.substr(0, offset) + snippet + "x y");
+      texts.push_back(words.substr(0, offset) + snippet);
+    }
+  const std::vector<int64_t> targets = hwy::SupportedAndGeneratedTargets();
+  for (int64_t target : targets) {
+    hwy::SetSupportedTargetsForTest(target);
+    SCOPED_TRACE(detail::scan_pieces_target());
+    for (const std::string& text : texts)
+      for (size_t cap : {size_t{1}, size_t{3}, detail::kPieceBatch})
+        ASSERT_EQ(scan_all(text, cap, false), scan_all(text, cap, true)) << "cap " << cap << ", text: " << text;
+  }
+  hwy::SetSupportedTargetsForTest(0);
+  for (size_t t = 0; t < 150; ++t) {
+    std::string valid;
+    utf8_replace_invalid(texts[t], valid);
+    auto fast = gpt2_pretokenize(valid);
+    ASSERT_EQ(std::vector<std::string>(fast.begin(), fast.end()), gpt2_pretokenize_reference(valid)) << valid;
   }
 }
 
