@@ -1,21 +1,31 @@
-// scan_pieces with Highway: compiled once per target by foreach_target.h (which
-// includes this file again for each); HWY_DYNAMIC_DISPATCH picks one at run time.
+// scan_pieces with Highway: compiled once per x86 target (SSE4, AVX2, AVX-512) and
+// once without SIMD by foreach_target.h, which includes this file again for each.
+// The target is picked once per process here (best_scan), not by
+// HWY_DYNAMIC_DISPATCH: that needs libhwy.so, whose load-time initialiser
+// (nanobenchmark's timer calibration) costs ~6 ms per process on this machine,
+// as much as the rest of preprocess_data's start-up, which every tool that
+// tokenizes would pay.
 //
 // A window of 64 bytes from the scan position is classified with SIMD into one
 // bit mask per ASCII class (letter, number, space, other) and masks of ' ',
-// apostrophes and non-ASCII bytes. Where pieces start follows from the masks with
-// a few shifts for all 64 bytes at once (piece_starts), and the starts are read
-// off with a count of trailing zeros each: ASCII text costs no branch per byte
-// or per piece. The window then moves to the start of its last piece, whose end
-// it cannot see. What a window cannot decide goes to next_piece, one character
-// at a time: a piece that starts with a non-ASCII character or runs on past the
-// window (a window's classes end before its first non-ASCII byte).
+// apostrophes and non-ASCII bytes; the window's non-ASCII characters, if any, are
+// then decoded one by one and their bytes put in their class's mask. Where pieces
+// start follows from the masks with a few shifts for all 64 bytes at once
+// (piece_starts), and the starts are read off with a count of trailing zeros
+// each: ASCII text costs no branch per byte or per piece. The window then moves
+// to the start of its last piece, whose end it cannot see. What a window cannot
+// decide goes to next_piece, one character at a time: a piece that starts with a
+// non-ASCII White_Space character or runs on past the window.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "common/tokenizer/gpt2_piece_scanner.cpp"
+#ifndef HWY_DISABLED_TARGETS
+#define HWY_DISABLED_TARGETS (HWY_SSSE3 | HWY_AVX3_DL)  // the ones best_scan does not pick
+#endif
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 #include <hwy/highway.h>
 
 #include <algorithm>
+#include <vector>
 #include <bit>
 #include <cstring>
 
@@ -64,8 +74,8 @@ inline size_t contraction_in_window(const uint8_t* w, size_t k, bool more) {
 // How many bytes of the window have starts that piece_starts tells right. Those
 // it finds at k need byte k+1 only to add a start at k (a space before text),
 // so past the window's end they may miss one but never put one wrong: every
-// byte counts, and the window ends at its last start. A non-ASCII byte has no
-// class here: the byte before it is out. A contraction that starts a piece ends
+// byte counts, and the window ends at its last start. A non-ASCII space has no
+// class here (classify_non_ascii): the byte before it is out. A contraction that starts a piece ends
 // what counts after its start (the next window starts with it).
 inline size_t decided_bytes(const WindowMasks& m, const uint8_t* w, uint64_t starts, size_t limit, bool more) {
   size_t t = limit;
@@ -85,6 +95,24 @@ inline size_t scalar_pieces(const char*& p, const char* end, const char** ends, 
     ends[n++] = p;
   } while (n < cap && p < end && static_cast<uint8_t>(*p) >= 0x80);
   return n;
+}
+
+// Gives the window's non-ASCII characters (the text at p) their class: each of
+// their bytes joins the class's mask, so piece_starts treats the character as one
+// unit. A White_Space character stays in `high` with what follows it (its last
+// byte is not where a run of spaces gives up its last character), and so do
+// ill-formed bytes' neighbours only as far as class_at takes them: one Other
+// character per ill-formed byte, as next_piece reads them.
+inline void classify_non_ascii(WindowMasks& m, const char* p, const char* end) {
+  while (m.high) {
+    const auto k = static_cast<size_t>(std::countr_zero(m.high));
+    size_t len;
+    const CharClass cls = class_at(p + k, end, &len);
+    if (cls == CharClass::Space) return;
+    const uint64_t bytes = (len >= kWindow - k ? ~uint64_t{0} : (uint64_t{1} << len) - 1) << k & m.valid;
+    (cls == CharClass::Letter ? m.letter : cls == CharClass::Number ? m.number : m.other) |= bytes;
+    m.high &= ~bytes;
+  }
 }
 }  // namespace zlm::detail
 #endif
@@ -141,10 +169,6 @@ size_t ScanPieces(const char* p, const char* end, const char** ends, size_t cap)
   size_t n = 0;
   uint8_t tail[detail::kWindow];
   while (n < cap && p < end) {
-    if (static_cast<uint8_t>(*p) >= 0x80) {
-      n = detail::scalar_pieces(p, end, ends, n, cap);
-      continue;
-    }
     if (const size_t k = detail::contraction_at(p, end)) {  // a piece of its own wherever it starts one
       ends[n++] = p += k;
       continue;
@@ -158,7 +182,14 @@ size_t ScanPieces(const char* p, const char* end, const char** ends, size_t cap)
     }
     const size_t limit = std::min(avail, detail::kWindow);
     const bool more = avail > detail::kWindow;
-    const detail::WindowMasks m = classify(w, limit);
+    detail::WindowMasks m = classify(w, limit);
+    if (m.high) [[unlikely]] {
+      detail::classify_non_ascii(m, p, end);
+      if (m.high & 1) {  // a White_Space character that is not ASCII
+        n = detail::scalar_pieces(p, end, ends, n, cap);
+        continue;
+      }
+    }
     const uint64_t starts = detail::piece_starts(m);
     const size_t decided = detail::decided_bytes(m, w, starts, limit, more);
     // The pieces between the decided starts are whole; so is the last one when
@@ -185,13 +216,49 @@ HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
 namespace zlm::detail {
+namespace {
 
-HWY_EXPORT(ScanPieces);
-HWY_EXPORT(ScanTarget);
+using ScanFn = size_t (*)(const char*, const char*, const char**, size_t);
+using TargetFn = const char* (*)();
+struct Scanner {
+  ScanFn scan;
+  TargetFn name;
+};
 
-size_t scan_pieces(const char* p, const char* end, const char** ends, size_t cap) {
-  return HWY_DYNAMIC_DISPATCH(ScanPieces)(p, end, ends, cap);
+// The compiled targets that this CPU runs, the best first. Each needs what
+// Highway compiles it for (set_macros-inl.h's HWY_TARGET_STR); libgcc's checks
+// include the operating system's support for the wider registers.
+std::vector<Scanner> runnable_targets() {
+  std::vector<Scanner> out;
+#if HWY_ARCH_X86
+  __builtin_cpu_init();
+  const bool sse4 = __builtin_cpu_supports("ssse3") && __builtin_cpu_supports("sse4.1") &&
+                    __builtin_cpu_supports("sse4.2") && __builtin_cpu_supports("pclmul") && __builtin_cpu_supports("aes");
+  const bool avx2 = sse4 && __builtin_cpu_supports("avx") && __builtin_cpu_supports("avx2") &&
+                    __builtin_cpu_supports("bmi") && __builtin_cpu_supports("bmi2") && __builtin_cpu_supports("fma") &&
+                    __builtin_cpu_supports("f16c");
+  const bool avx3 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
+                    __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512bw");
+#if HWY_TARGETS & HWY_AVX3
+  if (avx3) out.push_back({&N_AVX3::ScanPieces, &N_AVX3::ScanTarget});
+#endif
+#if HWY_TARGETS & HWY_AVX2
+  if (avx2) out.push_back({&N_AVX2::ScanPieces, &N_AVX2::ScanTarget});
+#endif
+#if HWY_TARGETS & HWY_SSE4
+  if (sse4) out.push_back({&N_SSE4::ScanPieces, &N_SSE4::ScanTarget});
+#endif
+#endif
+  // The target this file is compiled for without extra flags (SSE2 alone is Highway's EMU128).
+  out.push_back({&HWY_STATIC_DISPATCH(ScanPieces), &HWY_STATIC_DISPATCH(ScanTarget)});
+  return out;
 }
+
+Scanner g_scan = runnable_targets().front();  // set before main: no check per call
+
+}  // namespace
+
+size_t scan_pieces(const char* p, const char* end, const char** ends, size_t cap) { return g_scan.scan(p, end, ends, cap); }
 
 size_t scan_pieces_scalar(const char* p, const char* end, const char** ends, size_t cap) {
   if (!g_class_table) init_class_table();
@@ -200,7 +267,14 @@ size_t scan_pieces_scalar(const char* p, const char* end, const char** ends, siz
   return n;
 }
 
-const char* scan_pieces_target() { return HWY_DYNAMIC_DISPATCH(ScanTarget)(); }
+const char* scan_pieces_target() { return g_scan.name(); }
+
+size_t scan_pieces_targets() { return runnable_targets().size(); }
+
+void use_scan_target(size_t i) {
+  const auto all = runnable_targets();
+  g_scan = all.at(std::min(i, all.size() - 1));
+}
 
 }  // namespace zlm::detail
 #endif

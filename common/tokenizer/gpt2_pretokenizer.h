@@ -128,8 +128,11 @@ constexpr size_t kPieceBatch = 64;
 size_t scan_pieces(const char* p, const char* end, const char** ends, size_t cap);
 // The same with next_piece only (tests).
 size_t scan_pieces_scalar(const char* p, const char* end, const char** ends, size_t cap);
-// The Highway target scan_pieces runs (tests force each with hwy::SetSupportedTargetsForTest).
+// The SIMD target scan_pieces runs; how many this CPU runs (the best first), and
+// a choice among them (tests: not thread-safe, not for use while scanning).
 const char* scan_pieces_target();
+size_t scan_pieces_targets();
+void use_scan_target(size_t i);
 }  // namespace detail
 
 template <typename Fn>
