@@ -1,13 +1,18 @@
 // min_permutations with Highway: compiled once per target by foreach_target.h
-// (which includes this file again for each); HWY_DYNAMIC_DISPATCH picks one at run time.
+// (which includes this file again for each); runnable_targets-inl.h picks one per
+// process (not HWY_DYNAMIC_DISPATCH, whose libhwy.so costs every process ~6 ms).
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "common/dedup/minhash_kernel.cpp"
+#ifndef HWY_DISABLED_TARGETS
+#define HWY_DISABLED_TARGETS (HWY_SSSE3 | HWY_AVX3_DL)  // not picked by runnable_targets-inl.h
+#endif
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 #include <hwy/highway.h>
 
 #include <algorithm>
 #include <limits>
 
+#include "common/core/simd_support.h"
 #include "common/dedup/minhash_kernel.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -103,8 +108,6 @@ void MinPermutations(const uint32_t* xs, size_t n, const PermutationTable& t, ui
   }
 }
 
-const char* Target() { return hwy::TargetName(HWY_TARGET); }
-
 }  // namespace HWY_NAMESPACE
 }  // namespace zlm
 HWY_AFTER_NAMESPACE();
@@ -112,8 +115,13 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 namespace zlm {
 
-HWY_EXPORT(MinPermutations);
-HWY_EXPORT(Target);
+namespace {
+#define ZLM_TARGET_FN MinPermutations
+#include "common/core/runnable_targets-inl.h"
+#undef ZLM_TARGET_FN
+
+TargetTable g_kernel(runnable_targets_of_MinPermutations());  // set before main: no check per call
+}  // namespace
 
 PermutationTable make_permutation_table(const std::vector<uint64_t>& mul, const std::vector<uint64_t>& add) {
   PermutationTable t;
@@ -142,7 +150,7 @@ PermutationTable make_permutation_table(const std::vector<uint64_t>& mul, const 
 }
 
 void min_permutations(const uint32_t* xs, size_t n, const PermutationTable& table, uint32_t* out) {
-  HWY_DYNAMIC_DISPATCH(MinPermutations)(xs, n, table, out);
+  g_kernel.fn()(xs, n, table, out);
 }
 
 // (a*x + b) mod 2^64 >> 32 with a = a_hi*2^32 + a_lo and a 32-bit x is
@@ -159,7 +167,9 @@ void min_permutations_scalar(const uint32_t* xs, size_t n, const PermutationTabl
   }
 }
 
-const char* min_permutations_target() { return HWY_DYNAMIC_DISPATCH(Target)(); }
+const char* min_permutations_target() { return g_kernel.name(); }
+size_t min_permutations_targets() { return g_kernel.size(); }
+void use_min_permutations_target(size_t i) { g_kernel.use(i); }
 
 }  // namespace zlm
 #endif

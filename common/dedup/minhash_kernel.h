@@ -43,7 +43,11 @@ void min_permutations(const uint32_t* xs, size_t n, const PermutationTable& tabl
 // The definition, one permutation and one value at a time.
 void min_permutations_scalar(const uint32_t* xs, size_t n, const PermutationTable& table, uint32_t* out);
 
-// The instruction set min_permutations runs with here ("AVX3", "AVX2", ...).
+// The instruction set min_permutations runs with here ("AVX3", "AVX2", ...); how
+// many this CPU runs (the best first), and a choice among them (tests: not
+// thread-safe, not while MinHash runs).
 const char* min_permutations_target();
+size_t min_permutations_targets();
+void use_min_permutations_target(size_t i);
 
 }  // namespace zlm

@@ -1,10 +1,9 @@
 // scan_pieces with Highway: compiled once per x86 target (SSE4, AVX2, AVX-512) and
 // once without SIMD by foreach_target.h, which includes this file again for each.
-// The target is picked once per process here (best_scan), not by
+// The target is picked once per process (runnable_targets-inl.h), not by
 // HWY_DYNAMIC_DISPATCH: that needs libhwy.so, whose load-time initialiser
 // (nanobenchmark's timer calibration) costs ~6 ms per process on this machine,
-// as much as the rest of preprocess_data's start-up, which every tool that
-// tokenizes would pay.
+// as much as the rest of preprocess_data's start-up.
 //
 // A window of 64 bytes from the scan position is classified with SIMD into one
 // bit mask per ASCII class (letter, number, space, other) and masks of ' ',
@@ -19,7 +18,7 @@
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "common/tokenizer/gpt2_piece_scanner.cpp"
 #ifndef HWY_DISABLED_TARGETS
-#define HWY_DISABLED_TARGETS (HWY_SSSE3 | HWY_AVX3_DL)  // the ones best_scan does not pick
+#define HWY_DISABLED_TARGETS (HWY_SSSE3 | HWY_AVX3_DL)  // not picked by runnable_targets-inl.h
 #endif
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 #include <hwy/highway.h>
@@ -29,6 +28,7 @@
 #include <bit>
 #include <cstring>
 
+#include "common/core/simd_support.h"
 #include "common/tokenizer/gpt2_pretokenizer.h"
 
 #ifndef ZLM_GPT2_PIECE_SCANNER_ONCE
@@ -207,9 +207,6 @@ size_t ScanPieces(const char* p, const char* end, const char** ends, size_t cap)
   return n;
 }
 
-// The target in use (tests).
-const char* ScanTarget() { return hwy::TargetName(HWY_TARGET); }
-
 }  // namespace HWY_NAMESPACE
 }  // namespace zlm
 HWY_AFTER_NAMESPACE();
@@ -217,48 +214,14 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 namespace zlm::detail {
 namespace {
+#define ZLM_TARGET_FN ScanPieces
+#include "common/core/runnable_targets-inl.h"
+#undef ZLM_TARGET_FN
 
-using ScanFn = size_t (*)(const char*, const char*, const char**, size_t);
-using TargetFn = const char* (*)();
-struct Scanner {
-  ScanFn scan;
-  TargetFn name;
-};
-
-// The compiled targets that this CPU runs, the best first. Each needs what
-// Highway compiles it for (set_macros-inl.h's HWY_TARGET_STR); libgcc's checks
-// include the operating system's support for the wider registers.
-std::vector<Scanner> runnable_targets() {
-  std::vector<Scanner> out;
-#if HWY_ARCH_X86
-  __builtin_cpu_init();
-  const bool sse4 = __builtin_cpu_supports("ssse3") && __builtin_cpu_supports("sse4.1") &&
-                    __builtin_cpu_supports("sse4.2") && __builtin_cpu_supports("pclmul") && __builtin_cpu_supports("aes");
-  const bool avx2 = sse4 && __builtin_cpu_supports("avx") && __builtin_cpu_supports("avx2") &&
-                    __builtin_cpu_supports("bmi") && __builtin_cpu_supports("bmi2") && __builtin_cpu_supports("fma") &&
-                    __builtin_cpu_supports("f16c");
-  const bool avx3 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
-                    __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512bw");
-#if HWY_TARGETS & HWY_AVX3
-  if (avx3) out.push_back({&N_AVX3::ScanPieces, &N_AVX3::ScanTarget});
-#endif
-#if HWY_TARGETS & HWY_AVX2
-  if (avx2) out.push_back({&N_AVX2::ScanPieces, &N_AVX2::ScanTarget});
-#endif
-#if HWY_TARGETS & HWY_SSE4
-  if (sse4) out.push_back({&N_SSE4::ScanPieces, &N_SSE4::ScanTarget});
-#endif
-#endif
-  // The target this file is compiled for without extra flags (SSE2 alone is Highway's EMU128).
-  out.push_back({&HWY_STATIC_DISPATCH(ScanPieces), &HWY_STATIC_DISPATCH(ScanTarget)});
-  return out;
-}
-
-Scanner g_scan = runnable_targets().front();  // set before main: no check per call
-
+TargetTable g_scan(runnable_targets_of_ScanPieces());  // set before main: no check per call
 }  // namespace
 
-size_t scan_pieces(const char* p, const char* end, const char** ends, size_t cap) { return g_scan.scan(p, end, ends, cap); }
+size_t scan_pieces(const char* p, const char* end, const char** ends, size_t cap) { return g_scan.fn()(p, end, ends, cap); }
 
 size_t scan_pieces_scalar(const char* p, const char* end, const char** ends, size_t cap) {
   if (!g_class_table) init_class_table();
@@ -268,13 +231,8 @@ size_t scan_pieces_scalar(const char* p, const char* end, const char** ends, siz
 }
 
 const char* scan_pieces_target() { return g_scan.name(); }
-
-size_t scan_pieces_targets() { return runnable_targets().size(); }
-
-void use_scan_target(size_t i) {
-  const auto all = runnable_targets();
-  g_scan = all.at(std::min(i, all.size() - 1));
-}
+size_t scan_pieces_targets() { return g_scan.size(); }
+void use_scan_target(size_t i) { g_scan.use(i); }
 
 }  // namespace zlm::detail
 #endif
