@@ -1,15 +1,20 @@
 // cpu_adamw with Highway (built when libhwy-dev is there; cpu_adamw_reference.cpp
 // has the scalar loop and the build without it). Compiled once per instruction
 // set Highway targets (foreach_target.h includes this file again for each);
-// HWY_DYNAMIC_DISPATCH picks the best one at run time.
+// common/core/runnable_targets-inl.h picks the best one once per process (not
+// HWY_DYNAMIC_DISPATCH, whose libhwy.so costs every process ~6 ms to load).
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "trainer/zero/cpu_adamw.cpp"
+#ifndef HWY_DISABLED_TARGETS
+#define HWY_DISABLED_TARGETS (HWY_SSSE3 | HWY_AVX3_DL)  // not picked by runnable_targets-inl.h
+#endif
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 #include <hwy/highway.h>
 
 #include <cmath>
 #include <cstring>
 
+#include "common/core/simd_support.h"
 #include "trainer/zero/cpu_adamw.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -118,7 +123,6 @@ void AdamW(const Consts& c, int64_t n, float* p, float* m, float* v, const void*
   }
 }
 
-const char* Target() { return hwy::TargetName(HWY_TARGET); }
 
 }  // namespace HWY_NAMESPACE
 }  // namespace zlm::trainer
@@ -127,17 +131,22 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 namespace zlm::trainer {
 
-HWY_EXPORT(AdamW);
-HWY_EXPORT(Target);
+namespace {
+#define ZLM_TARGET_FN AdamW
+#include "common/core/runnable_targets-inl.h"
+#undef ZLM_TARGET_FN
+
+TargetTable g_adamw(runnable_targets_of_AdamW());  // set before main: no check per call
+}  // namespace
 
 void cpu_adamw(const CpuAdamW::Settings& s, int64_t n, float* param, float* exp_avg, float* exp_avg_sq, CpuAdamW::Buffer grad,
                CpuAdamW::Buffer copy16) {
   if (n <= 0) return;
-  HWY_DYNAMIC_DISPATCH(AdamW)(detail::adamw_consts(s), n, param, exp_avg, exp_avg_sq, grad.data, grad.type, copy16.data, copy16.type);
+  g_adamw.fn()(detail::adamw_consts(s), n, param, exp_avg, exp_avg_sq, grad.data, grad.type, copy16.data, copy16.type);
 }
 
 bool cpu_adamw_vectorized() { return true; }
-const char* cpu_adamw_target() { return HWY_DYNAMIC_DISPATCH(Target)(); }
+const char* cpu_adamw_target() { return g_adamw.name(); }
 
 }  // namespace zlm::trainer
 #endif

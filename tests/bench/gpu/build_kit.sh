@@ -6,9 +6,10 @@
 #                   DeepSpeed JSON configs, which the kit does not use), without
 #                   RUNPATH (the kit sets LD_LIBRARY_PATH to the GPU machine's
 #                   torch and NVIDIA libraries), the fused-loss kernel for sm_90
-#   build-kit/lib   the libraries they need that the GPU machine lacks (Highway)
+#   build-kit/lib   the libraries they need that the GPU machine lacks (none since
+#                   Highway's kernels stopped linking libhwy.so; kept for the scripts)
 #   .llmc           a copy of llm.c (../shared/anchors/llm.c) for part 7, ignored by git
-# Then it checks that no binary has a RUNPATH or needs libsimdjson, and prints
+# Then it checks that no binary has a RUNPATH or needs libsimdjson or libhwy, and prints
 # the device tool's carry list.
 #   tests/bench/gpu/build_kit.sh [LLMC_SOURCE]
 set -euo pipefail
@@ -19,13 +20,9 @@ cmake -S . -B build-kit -G Ninja -DCMAKE_BUILD_TYPE=Release -DZLM_BUILD_DATA_TOO
   -DCMAKE_SKIP_RPATH=ON -DCMAKE_DISABLE_FIND_PACKAGE_simdjson=ON -DCMAKE_PREFIX_PATH="$PREFIX" > /dev/null
 cmake --build build-kit -j "$(nproc)" --target pretrain_gpt zlm_bench_optimizer zlm_trainer_gpu_tests
 mkdir -p build-kit/lib
-for lib in libhwy.so.1; do
-  path=$(ldconfig -p | awk -v l="$lib" '$1 == l {print $NF; exit}')
-  [[ -n $path ]] && cp -L "$path" build-kit/lib/
-done
 for b in build-kit/bin/pretrain_gpt build-kit/bin/zlm_bench_optimizer build-kit/bin/zlm_trainer_gpu_tests; do
   if readelf -d "$b" | grep -q 'RUNPATH\|RPATH'; then echo "build_kit: $b has a RUNPATH" >&2; exit 1; fi
-  if readelf -d "$b" | grep -q 'libsimdjson'; then echo "build_kit: $b needs libsimdjson" >&2; exit 1; fi
+  if readelf -d "$b" | grep -q 'libsimdjson\|libhwy'; then echo "build_kit: $b needs libsimdjson or libhwy" >&2; exit 1; fi
 done
 src=${1:-../shared/anchors/llm.c}
 if [[ -d $src ]]; then rm -rf .llmc && cp -r "$src" .llmc; fi
