@@ -4,7 +4,8 @@
 //   std::vector<TargetChoice<Fn>> runnable_targets_of_<ZLM_TARGET_FN>()
 // (common/core/simd_support.h): the compiled targets of that function that this
 // CPU runs (simd_support()), the best first, and last the target the file is
-// compiled for without extra flags (Highway's EMU128 where the baseline is SSE2).
+// compiled for without extra flags (where the baseline is SSE2, Highway's EMU128,
+// or its SCALAR with compilers whose EMU128 it marks broken, such as GCC 12.2).
 // The file disables the targets not listed here (HWY_DISABLED_TARGETS: SSSE3 and
 // the later AVX-512 ones). A fragment, not a header: no include guard.
 #define ZLM_RT_CAT2(a, b) a##b

@@ -120,7 +120,11 @@ namespace {
 #include "common/core/runnable_targets-inl.h"
 #undef ZLM_TARGET_FN
 
-TargetTable g_kernel(runnable_targets_of_MinPermutations());  // set before main: no check per call
+// Built on first use (a function-local static: safe from other files' static initialisers).
+auto& kernel() {
+  static TargetTable table(runnable_targets_of_MinPermutations());
+  return table;
+}
 }  // namespace
 
 PermutationTable make_permutation_table(const std::vector<uint64_t>& mul, const std::vector<uint64_t>& add) {
@@ -150,7 +154,7 @@ PermutationTable make_permutation_table(const std::vector<uint64_t>& mul, const 
 }
 
 void min_permutations(const uint32_t* xs, size_t n, const PermutationTable& table, uint32_t* out) {
-  g_kernel.fn()(xs, n, table, out);
+  kernel().fn()(xs, n, table, out);
 }
 
 // (a*x + b) mod 2^64 >> 32 with a = a_hi*2^32 + a_lo and a 32-bit x is
@@ -167,9 +171,9 @@ void min_permutations_scalar(const uint32_t* xs, size_t n, const PermutationTabl
   }
 }
 
-const char* min_permutations_target() { return g_kernel.name(); }
-size_t min_permutations_targets() { return g_kernel.size(); }
-void use_min_permutations_target(size_t i) { g_kernel.use(i); }
+const char* min_permutations_target() { return kernel().name(); }
+size_t min_permutations_targets() { return kernel().size(); }
+void use_min_permutations_target(size_t i) { kernel().use(i); }
 
 }  // namespace zlm
 #endif

@@ -218,10 +218,14 @@ namespace {
 #include "common/core/runnable_targets-inl.h"
 #undef ZLM_TARGET_FN
 
-TargetTable g_scan(runnable_targets_of_ScanPieces());  // set before main: no check per call
+// Built on first use (a function-local static: safe from other files' static initialisers).
+auto& scanner() {
+  static TargetTable table(runnable_targets_of_ScanPieces());
+  return table;
+}
 }  // namespace
 
-size_t scan_pieces(const char* p, const char* end, const char** ends, size_t cap) { return g_scan.fn()(p, end, ends, cap); }
+size_t scan_pieces(const char* p, const char* end, const char** ends, size_t cap) { return scanner().fn()(p, end, ends, cap); }
 
 size_t scan_pieces_scalar(const char* p, const char* end, const char** ends, size_t cap) {
   if (!g_class_table) init_class_table();
@@ -230,9 +234,9 @@ size_t scan_pieces_scalar(const char* p, const char* end, const char** ends, siz
   return n;
 }
 
-const char* scan_pieces_target() { return g_scan.name(); }
-size_t scan_pieces_targets() { return g_scan.size(); }
-void use_scan_target(size_t i) { g_scan.use(i); }
+const char* scan_pieces_target() { return scanner().name(); }
+size_t scan_pieces_targets() { return scanner().size(); }
+void use_scan_target(size_t i) { scanner().use(i); }
 
 }  // namespace zlm::detail
 #endif
