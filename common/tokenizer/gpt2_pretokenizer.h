@@ -13,9 +13,9 @@
 //   zlm::gpt2_pretokenize(text, [&](std::string_view piece) { ... });
 //
 // The pieces concatenate back to the input. Thread-safe (the class table is
-// built once, on first use, from ICU's category ranges: about 1 ms). Cost: O(n): ASCII text is
-// classified 64 bytes at a time with SIMD and cut at the class masks' edges, other text takes
-// one table lookup per code point; no allocation. gpt2_pretokenize_reference() runs the same pattern
+// built once, on first use, from ICU's category ranges: about 1 ms). Cost: O(n): text is
+// classified 64 bytes at a time (SIMD compares for ASCII bytes, a table lookup per non-ASCII
+// character) and cut where the class masks say pieces start; no allocation. gpt2_pretokenize_reference() runs the same pattern
 // through ICU's regex engine: slow, obvious, used by tests to check the
 // scanner.
 #pragma once
@@ -79,8 +79,9 @@ inline size_t contraction_at(const char* p, const char* end) {
 }
 
 // The end of the piece that starts at p (< end), one character at a time: the
-// scanner's fallback for what its window cannot decide (non-ASCII text, runs
-// longer than the window) and the slow obvious definition the tests hold it to.
+// scanner's fallback for what its window cannot decide (a non-ASCII White_Space
+// character, a run longer than the window) and the slow obvious definition the
+// tests hold it to.
 // Needs the class table (init_class_table()).
 inline const char* next_piece(const char* p, const char* end) {
   const char* start = p;
@@ -122,8 +123,8 @@ inline const char* next_piece(const char* p, const char* end) {
 constexpr size_t kPieceBatch = 64;
 
 // The ends of up to `cap` (>= 1) consecutive pieces from p (< end) into ends[];
-// returns how many (>= 1). Classifies 64 bytes at a time with SIMD (Highway,
-// dispatched at run time) and finds ASCII pieces from the class bit masks; the
+// returns how many (>= 1). Classifies 64 bytes at a time with SIMD (Highway; the
+// target picked once per process) and finds pieces from the class bit masks; the
 // rest goes through next_piece. Thread-safe.
 size_t scan_pieces(const char* p, const char* end, const char** ends, size_t cap);
 // The same with next_piece only (tests).
