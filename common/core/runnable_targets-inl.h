@@ -1,9 +1,11 @@
 // Included at namespace scope in the HWY_ONCE part of a file compiled per target
 // by Highway's foreach_target.h, with ZLM_TARGET_FN defined as a function's name
 // in each target's namespace, it defines
-//   std::vector<TargetChoice<Fn>> runnable_targets_of_<ZLM_TARGET_FN>()
-// (common/core/simd_support.h): the compiled targets of that function that this
-// CPU runs (simd_support()), the best first, and last the target the file is
+//   TargetTable<Fn>& target_table_of_<ZLM_TARGET_FN>()
+// (common/core/simd_support.h), built on first use (a function-local static, so
+// no other file's static initialiser can call the kernel before it exists): the
+// compiled targets of that function that this CPU runs (simd_support()), the
+// best first, and last the target the file is
 // compiled for without extra flags (where the baseline is SSE2, Highway's EMU128,
 // or its SCALAR with compilers whose EMU128 it marks broken, such as GCC 12.2).
 // The file disables the targets not listed here (HWY_DISABLED_TARGETS: SSSE3 and
@@ -26,6 +28,10 @@ inline std::vector<zlm::TargetChoice<decltype(&HWY_STATIC_DISPATCH(ZLM_TARGET_FN
 #endif
   out.push_back({&HWY_STATIC_DISPATCH(ZLM_TARGET_FN), hwy::TargetName(HWY_STATIC_TARGET)});
   return out;
+}
+inline auto& ZLM_RT_CAT(target_table_of_, ZLM_TARGET_FN)() {
+  static zlm::TargetTable table(ZLM_RT_CAT(runnable_targets_of_, ZLM_TARGET_FN)());
+  return table;
 }
 #undef ZLM_RT_CAT
 #undef ZLM_RT_CAT2

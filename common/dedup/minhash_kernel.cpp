@@ -119,12 +119,6 @@ namespace {
 #define ZLM_TARGET_FN MinPermutations
 #include "common/core/runnable_targets-inl.h"
 #undef ZLM_TARGET_FN
-
-// Built on first use (a function-local static: safe from other files' static initialisers).
-auto& kernel() {
-  static TargetTable table(runnable_targets_of_MinPermutations());
-  return table;
-}
 }  // namespace
 
 PermutationTable make_permutation_table(const std::vector<uint64_t>& mul, const std::vector<uint64_t>& add) {
@@ -154,7 +148,7 @@ PermutationTable make_permutation_table(const std::vector<uint64_t>& mul, const 
 }
 
 void min_permutations(const uint32_t* xs, size_t n, const PermutationTable& table, uint32_t* out) {
-  kernel().fn()(xs, n, table, out);
+  target_table_of_MinPermutations().fn()(xs, n, table, out);
 }
 
 // (a*x + b) mod 2^64 >> 32 with a = a_hi*2^32 + a_lo and a 32-bit x is
@@ -171,9 +165,9 @@ void min_permutations_scalar(const uint32_t* xs, size_t n, const PermutationTabl
   }
 }
 
-const char* min_permutations_target() { return kernel().name(); }
-size_t min_permutations_targets() { return kernel().size(); }
-void use_min_permutations_target(size_t i) { kernel().use(i); }
+const char* min_permutations_target() { return target_table_of_MinPermutations().name(); }
+size_t min_permutations_targets() { return target_table_of_MinPermutations().size(); }
+void use_min_permutations_target(size_t i) { target_table_of_MinPermutations().use(i); }
 
 }  // namespace zlm
 #endif

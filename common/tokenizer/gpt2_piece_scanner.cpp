@@ -217,15 +217,9 @@ namespace {
 #define ZLM_TARGET_FN ScanPieces
 #include "common/core/runnable_targets-inl.h"
 #undef ZLM_TARGET_FN
-
-// Built on first use (a function-local static: safe from other files' static initialisers).
-auto& scanner() {
-  static TargetTable table(runnable_targets_of_ScanPieces());
-  return table;
-}
 }  // namespace
 
-size_t scan_pieces(const char* p, const char* end, const char** ends, size_t cap) { return scanner().fn()(p, end, ends, cap); }
+size_t scan_pieces(const char* p, const char* end, const char** ends, size_t cap) { return target_table_of_ScanPieces().fn()(p, end, ends, cap); }
 
 size_t scan_pieces_scalar(const char* p, const char* end, const char** ends, size_t cap) {
   if (!g_class_table) init_class_table();
@@ -234,9 +228,9 @@ size_t scan_pieces_scalar(const char* p, const char* end, const char** ends, siz
   return n;
 }
 
-const char* scan_pieces_target() { return scanner().name(); }
-size_t scan_pieces_targets() { return scanner().size(); }
-void use_scan_target(size_t i) { scanner().use(i); }
+const char* scan_pieces_target() { return target_table_of_ScanPieces().name(); }
+size_t scan_pieces_targets() { return target_table_of_ScanPieces().size(); }
+void use_scan_target(size_t i) { target_table_of_ScanPieces().use(i); }
 
 }  // namespace zlm::detail
 #endif

@@ -135,22 +135,16 @@ namespace {
 #define ZLM_TARGET_FN AdamW
 #include "common/core/runnable_targets-inl.h"
 #undef ZLM_TARGET_FN
-
-// Built on first use (a function-local static: safe from other files' static initialisers).
-auto& adamw() {
-  static TargetTable table(runnable_targets_of_AdamW());
-  return table;
-}
 }  // namespace
 
 void cpu_adamw(const CpuAdamW::Settings& s, int64_t n, float* param, float* exp_avg, float* exp_avg_sq, CpuAdamW::Buffer grad,
                CpuAdamW::Buffer copy16) {
   if (n <= 0) return;
-  adamw().fn()(detail::adamw_consts(s), n, param, exp_avg, exp_avg_sq, grad.data, grad.type, copy16.data, copy16.type);
+  target_table_of_AdamW().fn()(detail::adamw_consts(s), n, param, exp_avg, exp_avg_sq, grad.data, grad.type, copy16.data, copy16.type);
 }
 
 bool cpu_adamw_vectorized() { return true; }
-const char* cpu_adamw_target() { return adamw().name(); }
+const char* cpu_adamw_target() { return target_table_of_AdamW().name(); }
 
 }  // namespace zlm::trainer
 #endif
