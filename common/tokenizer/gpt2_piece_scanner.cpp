@@ -36,6 +36,9 @@
 namespace zlm::detail {
 constexpr size_t kWindow = 64;
 
+// The window's first n bytes as a mask (n <= 64; a shift by 64 is undefined).
+inline uint64_t first_bytes(size_t n) { return n >= kWindow ? ~uint64_t{0} : (uint64_t{1} << n) - 1; }
+
 // The class masks of one window: bit k is byte k of the window; bits at or past
 // the text's end are clear.
 struct WindowMasks {
@@ -80,8 +83,7 @@ inline size_t contraction_in_window(const uint8_t* w, size_t k, bool more) {
 inline size_t decided_bytes(const WindowMasks& m, const uint8_t* w, uint64_t starts, size_t limit, bool more) {
   size_t t = limit;
   if (m.high) t = std::min(t, static_cast<size_t>(std::countr_zero(m.high)) - 1);  // high's first bit > 0 here
-  const uint64_t below = t >= kWindow ? ~uint64_t{0} : (uint64_t{1} << t) - 1;
-  for (uint64_t q = starts & m.quote & below & ~uint64_t{1}; q; q &= q - 1) {
+  for (uint64_t q = starts & m.quote & first_bytes(t) & ~uint64_t{1}; q; q &= q - 1) {
     const auto k = static_cast<size_t>(std::countr_zero(q));
     if (contraction_in_window(w, k, more)) return k + 1;
   }
@@ -109,7 +111,7 @@ inline void classify_non_ascii(WindowMasks& m, const char* p, const char* end) {
     size_t len;
     const CharClass cls = class_at(p + k, end, &len);
     if (cls == CharClass::Space) return;
-    const uint64_t bytes = (len >= kWindow - k ? ~uint64_t{0} : (uint64_t{1} << len) - 1) << k & m.valid;
+    const uint64_t bytes = first_bytes(std::min(len, kWindow - k)) << k & m.valid;
     (cls == CharClass::Letter ? m.letter : cls == CharClass::Number ? m.number : m.other) |= bytes;
     m.high &= ~bytes;
   }
@@ -155,7 +157,7 @@ HWY_INLINE detail::WindowMasks classify(const uint8_t* w, size_t limit) {
     hn::StoreMaskBits(d, blank, bits[6] + k / 8);
   }
 #endif
-  const uint64_t valid = limit >= detail::kWindow ? ~uint64_t{0} : (uint64_t{1} << limit) - 1;
+  const uint64_t valid = detail::first_bytes(limit);
   uint64_t mask[7];
   for (int f = 0; f < 7; ++f) {
     std::memcpy(&mask[f], bits[f], 8);
@@ -194,14 +196,15 @@ size_t ScanPieces(const char* p, const char* end, const char** ends, size_t cap)
     const size_t decided = detail::decided_bytes(m, w, starts, limit, more);
     // The pieces between the decided starts are whole; so is the last one when
     // the window holds the rest of the text.
-    uint64_t inner = starts & ~uint64_t{1} & (decided >= detail::kWindow ? ~uint64_t{0} : (uint64_t{1} << decided) - 1);
-    if (!inner && !(decided == limit && !more)) {  // the first piece goes past what the window tells
+    uint64_t inner = starts & ~uint64_t{1} & detail::first_bytes(decided);
+    const bool last_is_whole = decided == limit && !more;
+    if (!inner && !last_is_whole) {  // the first piece goes past what the window tells
       n = detail::scalar_pieces(p, end, ends, n, cap);
       continue;
     }
     const char* last = p;
     for (; inner && n < cap; inner &= inner - 1) ends[n++] = last = p + std::countr_zero(inner);
-    if (!inner && n < cap && decided == limit && !more) ends[n++] = last = p + limit;
+    if (!inner && n < cap && last_is_whole) ends[n++] = last = p + limit;
     p = last;
   }
   return n;
