@@ -89,10 +89,10 @@ class Run:
         return total.item() / (steps * world)
 
 
-def megatron_args(iteration, pp=1):
+def megatron_args(iteration, pp=1, tp=1):
     """What Megatron-DeepSpeed keeps in the engine's client state."""
     return argparse.Namespace(num_layers=L, hidden_size=H, num_attention_heads=HEADS, max_position_embeddings=SEQ, seq_length=SEQ,
-                              padded_vocab_size=VOCAB, tensor_model_parallel_size=1, pipeline_model_parallel_size=pp,
+                              padded_vocab_size=VOCAB, tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp,
                               bias_gelu_fusion=True, openai_gelu=False, position_embedding_type="learned_absolute",
                               normalization="LayerNorm", add_bias_linear=True, swiglu=False, untie_embeddings_and_output_weights=False,
                               global_batch_size=GLOBAL, consumed_train_samples=iteration * GLOBAL, consumed_valid_samples=0,
@@ -108,20 +108,35 @@ def adamw_groups(model, weight_decay=0.01):
                               {"params": no_decay, "weight_decay": 0.0, "wd_mult": 0.0, "lr_mult": 1.0}], lr=LR)
 
 
-def gpt_pipe(stages):
+def gpt_pipe(stages, tp=1):
     """DeepSpeed's PipelineModule laid out as Megatron-DeepSpeed's GPTModelPipe over `stages` stages: spec
     0 a function, 1 the tied embedding, 2 + l transformer layer l with ParallelTransformerLayerPipe's
     parameter names in its order, 2 + L the final LayerNorm, 3 + L the tied head; torch's default
     initial weights; its layers cut uniformly over the specs, which is GPTModelPipe's cut of the tests'
-    2 layers over 2 stages (its own counts transformer layers only). The caller has initialised
-    DeepSpeed's distributed backend."""
+    2 layers over 2 stages (its own counts transformer layers only). With tp > 1 the grid is
+    Megatron-DeepSpeed's (pipe, data, model) topology and each layer is this rank's tensor-parallel
+    part as Megatron cuts it: the embedding and head by vocabulary rows, QKV (its heads) and
+    dense_h_to_4h by output rows, dense and dense_4h_to_h by input columns (their biases whole,
+    added after the sum), LayerNorms whole; the loss is megatron-core's vocab-parallel cross
+    entropy. The caller has initialised DeepSpeed's distributed backend and, with tp > 1,
+    megatron-core's tensor-parallel groups (start_worker)."""
     import torch.nn as nn
     from deepspeed.pipe import LayerSpec, PipelineModule, TiedLayerSpec
+    if tp > 1:
+        from deepspeed.runtime.pipe.topology import PipeModelDataParallelTopology
+        from megatron.core import parallel_state
+        from megatron.core.tensor_parallel import vocab_parallel_cross_entropy
+        from megatron.core.tensor_parallel.mappings import copy_to_tensor_model_parallel_region as copy_in
+        from megatron.core.tensor_parallel.mappings import reduce_from_tensor_model_parallel_region as reduce_out
+        first_row = parallel_state.get_tensor_model_parallel_rank() * (VOCAB // tp)
+    else:
+        copy_in = reduce_out = lambda x: x
+        first_row = 0
 
     class EmbeddingPipe(nn.Module):
         def __init__(self):
             super().__init__()
-            self.word_embeddings = nn.Embedding(VOCAB, H)
+            self.word_embeddings = nn.Embedding(VOCAB // tp, H)
             self.position_embeddings = nn.Embedding(SEQ, H)
 
         @property
@@ -129,32 +144,54 @@ def gpt_pipe(stages):
             return self.word_embeddings.weight
 
         def forward(self, tokens):
-            return self.word_embeddings(tokens) + self.position_embeddings(torch.arange(tokens.shape[1]))
+            outside = (tokens < first_row) | (tokens >= first_row + VOCAB // tp)
+            words = self.word_embeddings((tokens - first_row).masked_fill(outside, 0)).masked_fill(outside[..., None], 0)
+            return reduce_out(words) + self.position_embeddings(torch.arange(tokens.shape[1]))
+
+    class Column(nn.Linear):  # output rows cut
+        def __init__(self, n_in, n_out):
+            super().__init__(n_in, n_out // tp)
+
+        def forward(self, x):
+            return super().forward(copy_in(x))
+
+    class Row(nn.Linear):  # input columns cut
+        def __init__(self, n_in, n_out):
+            super().__init__(n_in // tp, n_out)
+
+        def forward(self, x):
+            return super().forward(x) if tp == 1 else reduce_out(F.linear(x, self.weight)) + self.bias
 
     class Layer(nn.Module):
         def __init__(self):
             super().__init__()
             self.input_layernorm = nn.LayerNorm(H)
             self.self_attention = nn.Module()
-            self.self_attention.query_key_value, self.self_attention.dense = nn.Linear(H, 3 * H), nn.Linear(H, H)
+            self.self_attention.query_key_value, self.self_attention.dense = Column(H, 3 * H), Row(H, H)
             self.post_attention_layernorm = nn.LayerNorm(H)
             self.mlp = nn.Module()
-            self.mlp.dense_h_to_4h, self.mlp.dense_4h_to_h = nn.Linear(H, 4 * H), nn.Linear(4 * H, H)
+            self.mlp.dense_h_to_4h, self.mlp.dense_4h_to_h = Column(H, 4 * H), Row(4 * H, H)
 
         def forward(self, x):
             B, T, _ = x.shape  # Megatron's fused QKV: per head, its q, k and v rows
-            qkv = self.self_attention.query_key_value(self.input_layernorm(x)).view(B, T, HEADS, 3, H // HEADS)
+            qkv = self.self_attention.query_key_value(self.input_layernorm(x)).view(B, T, HEADS // tp, 3, H // HEADS)
             q, k, v = (qkv[..., i, :].transpose(1, 2) for i in range(3))
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(B, T, H)
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(B, T, H // tp)
             x = x + self.self_attention.dense(y)
             return x + self.mlp.dense_4h_to_h(F.gelu(self.mlp.dense_h_to_4h(self.post_attention_layernorm(x)), approximate="tanh"))
 
+    def loss(logits, labels):
+        if tp > 1:
+            return vocab_parallel_cross_entropy(logits, labels).mean()
+        return F.cross_entropy(logits.reshape(-1, VOCAB), labels.reshape(-1))
+
     specs = [lambda t: t, TiedLayerSpec("embed", EmbeddingPipe, tied_weight_attr="word_embeddings_weight")]
     specs += [LayerSpec(Layer) for _ in range(L)] + [LayerSpec(nn.LayerNorm, H)]
-    specs += [TiedLayerSpec("embed", EmbeddingPipe, forward_fn=lambda e, x: x @ e.word_embeddings.weight.t(),
+    specs += [TiedLayerSpec("embed", EmbeddingPipe, forward_fn=lambda e, x: copy_in(x) @ e.word_embeddings.weight.t(),
                             tied_weight_attr="word_embeddings_weight")]
-    return PipelineModule(layers=specs, num_stages=stages, partition_method="uniform",
-                          loss_fn=lambda logits, labels: F.cross_entropy(logits.reshape(-1, VOCAB), labels.reshape(-1)))
+    grid = {"num_stages": stages} if tp == 1 else {
+        "topology": PipeModelDataParallelTopology(num_pp=stages, num_mp=tp, num_dp=torch.distributed.get_world_size() // (stages * tp))}
+    return PipelineModule(layers=specs, partition_method="uniform", loss_fn=loss, **grid)
 
 
 def pipe_batches(sample, it):

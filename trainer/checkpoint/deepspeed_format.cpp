@@ -431,24 +431,26 @@ class DeepSpeedReader {
     }
   }
 
-  // The pipeline engine's model-states and optim files are per model-parallel rank, which
-  // is the stage when there is no tensor parallelism: mp_rank_SS, zero_pp_rank_D_mp_rank_SS.
-  // Else (or without them) the weights are the layer files' and Adam starts afresh.
+  // The pipeline engine's model-states and optim files are per model-parallel rank of its grid,
+  // stage s and tensor-parallel rank t being rank s x TP + t (DeepSpeed's grid orders the
+  // ranks of a data-parallel replica so): mp_rank_MM, zero_pp_rank_D_mp_rank_MM. Without them
+  // the weights are the layer files' and Adam starts afresh.
+  int64_t pipe_mp_rank(int64_t stage, int64_t tp) const { return stage * m_.tp + tp; }
   void read_pipeline_rank(int64_t tp, const PyValue& states, const std::vector<fs::path>& files, const PipeLayers& pipe) {
     std::vector<std::vector<fs::path>> stage_files;  // per stage, its data-parallel ranks' optim files
-    bool partitions = m_.tp == 1 && states.find("param_shapes");
+    bool partitions = states.find("param_shapes") != nullptr;
     for (int64_t s = 0; s < m_.pp && partitions; ++s) {
-      stage_files.push_back(s == 0 ? files : optim_files(*tag_, s));
-      partitions = fs::exists(*tag_ / model_file(s, false)) && !stage_files.back().empty();
+      stage_files.push_back(s == 0 ? files : optim_files(*tag_, pipe_mp_rank(s, tp)));
+      partitions = fs::exists(*tag_ / model_file(pipe_mp_rank(s, tp), false)) && !stage_files.back().empty();
     }
     if (!partitions) {
-      if (m_.tp == 1 && files.empty() && pipeline_stage_optimizers(states, pipe)) return;
+      if (files.empty() && pipeline_stage_optimizers(tp, states, pipe)) return;
       moments_ = false;
       for (const auto& [name, w] : pipe.weights()) join_.add(tp, 0, name, w, pipe.file());
       return;
     }
     for (int64_t s = 0; s < m_.pp; ++s) {
-      const fs::path sfile = *tag_ / model_file(s, false);
+      const fs::path sfile = *tag_ / model_file(pipe_mp_rank(s, tp), false);
       auto rename = [&](const std::string& name) { return pipe.megatron_name(name, sfile.string()); };
       from_partitions(tp, s == 0 ? states : load_torch_file(sfile.string()), sfile, stage_files[static_cast<size_t>(s)], rename);
     }
@@ -460,7 +462,7 @@ class DeepSpeedReader {
   // the stages as Megatron-DeepSpeed's partition of its transformer layers does. Their weights
   // are the layer files'; read_torch_optimizer_state (module_optimizer) numbers them through
   // Megatron's groups. False (nothing added) when a stage's optimizer state does not fit.
-  bool pipeline_stage_optimizers(const PyValue& stage0, const PipeLayers& pipe) {
+  bool pipeline_stage_optimizers(int64_t tp, const PyValue& stage0, const PipeLayers& pipe) {
     const std::vector<long> indices = pipe.indices();
     const int64_t per_stage = m_.config.num_layers / m_.pp;
     // the embedding (kPipeFirstLayer - 1), the layers and the final LayerNorm after them, each in a file
@@ -470,7 +472,7 @@ class DeepSpeedReader {
     const PyValue embedding = pipe.layer(kPipeFirstLayer - 1);
     std::vector<std::pair<std::string, TorchOptimizerState>> stages;
     for (int64_t s = 0; s < m_.pp; ++s) {
-      const fs::path sfile = *tag_ / model_file(s, false);
+      const fs::path sfile = *tag_ / model_file(pipe_mp_rank(s, tp), false);
       if (s > 0 && !fs::exists(sfile)) return false;
       const PyValue states = s == 0 ? PyValue() : load_torch_file(sfile.string());
       auto module = std::make_shared<PyValue>();
@@ -496,7 +498,7 @@ class DeepSpeedReader {
       for (const auto& [name, w] : o.master) {
         const std::string theirs = pipe.megatron_name(name, file);
         if (!seen.insert(theirs).second) continue;
-        join_.add(0, 0, theirs, w, file, o.exp_avg.at(name), o.exp_avg_sq.at(name));
+        join_.add(tp, 0, theirs, w, file, o.exp_avg.at(name), o.exp_avg_sq.at(name));
       }
     m_.adam_step = stages.front().second.step;
     return true;
@@ -835,27 +837,38 @@ PyValue optim_states(const std::vector<Group>& groups, const RankPieces& r, cons
 }
 
 // What DeepSpeed's universal-checkpoint converter (ds_to_universal) needs to merge the
-// tensor-parallel slices under megatron-core's names: the tensors every TP rank holds whole
-// (LayerNorms, position embeddings, the row-parallel layers' biases) and those cut along their
-// rows' inputs (the row-parallel weights); the rest are cut along dimension 0. No vocabulary
-// patterns: with them the converter cuts the padded rows, which training updates, and a resume
-// would start them from zero.
-std::shared_ptr<PyValue> universal_checkpoint_info() {
+// tensor-parallel slices: the tensors every TP rank holds whole (LayerNorms, position
+// embeddings, the row-parallel layers' biases) and those cut along their rows' inputs (the
+// row-parallel weights); the rest are cut along dimension 0. Under megatron-core's names, or
+// the pipeline module's (a layer's spec index first; the final LayerNorm is "N.weight"), where
+// the tied embedding, which the first and the last stage both hold, is also named as
+// replicated over the stages so that the converter takes the first stage's. The converter
+// (strict, its default) fails on a pattern that names no parameter: each list names only
+// parameters the files have. No vocabulary patterns: with them the converter cuts the padded
+// rows, which training updates, and a resume would start them from zero.
+std::shared_ptr<PyValue> universal_checkpoint_info(bool pipeline) {
   auto patterns = [](std::initializer_list<const char*> ps) {
     auto l = py_list();
     for (const char* p : ps) l->items.push_back(py_str(p));
     return l;
   };
   auto info = py_dict();
-  info->entries.emplace_back(py_str("universal_checkpoint_version"), py_float(0.4));
-  info->entries.emplace_back(py_str("tp_replicated_parameter_patterns"),
-                             patterns({R"(embedding\.position_embeddings\.weight$)", R"(decoder\.layers\.\d+\.input_layernorm\.)",
-                                       R"(decoder\.layers\.\d+\.pre_mlp_layernorm\.)", R"(decoder\.final_layernorm\.)",
-                                       R"(decoder\.layers\.\d+\.self_attention\.linear_proj\.bias$)",
-                                       R"(decoder\.layers\.\d+\.mlp\.linear_fc2\.bias$)"}));
-  info->entries.emplace_back(py_str("parameter_with_row_parallelism_patterns"),
-                             patterns({R"(decoder\.layers\.\d+\.self_attention\.linear_proj\.weight$)",
-                                       R"(decoder\.layers\.\d+\.mlp\.linear_fc2\.weight$)"}));
+  auto put = [&](const char* key, std::shared_ptr<PyValue> list) { info->entries.emplace_back(py_str(key), std::move(list)); };
+  put("universal_checkpoint_version", py_float(0.4));
+  if (pipeline) {
+    put("tp_replicated_parameter_patterns",
+        patterns({R"(tied_modules\.embed\.position_embeddings\.weight$)", R"(\d+\.input_layernorm\.)", R"(\d+\.post_attention_layernorm\.)",
+                  R"(\d+\.(weight|bias)$)", R"(\d+\.self_attention\.dense\.bias$)", R"(\d+\.mlp\.dense_4h_to_h\.bias$)"}));
+    put("parameter_with_row_parallelism_patterns", patterns({R"(\d+\.self_attention\.dense\.weight$)", R"(\d+\.mlp\.dense_4h_to_h\.weight$)"}));
+    put("pipeline_replicated_parameter_patterns", patterns({R"(tied_modules\.embed\.)"}));
+    return info;
+  }
+  put("tp_replicated_parameter_patterns",
+      patterns({R"(embedding\.position_embeddings\.weight$)", R"(decoder\.layers\.\d+\.input_layernorm\.)",
+                R"(decoder\.layers\.\d+\.pre_mlp_layernorm\.)", R"(decoder\.final_layernorm\.)",
+                R"(decoder\.layers\.\d+\.self_attention\.linear_proj\.bias$)", R"(decoder\.layers\.\d+\.mlp\.linear_fc2\.bias$)"}));
+  put("parameter_with_row_parallelism_patterns",
+      patterns({R"(decoder\.layers\.\d+\.self_attention\.linear_proj\.weight$)", R"(decoder\.layers\.\d+\.mlp\.linear_fc2\.weight$)"}));
   return info;
 }
 
@@ -905,7 +918,7 @@ PyValue model_states(const std::shared_ptr<PyValue>& module, const std::vector<G
   put("ds_config", ds_config);
   put("ds_version", py_str(kDeepSpeedVersion));
   put("args", megatron_args(part));
-  put("universal_checkpoint_info", universal_checkpoint_info());
+  put("universal_checkpoint_info", universal_checkpoint_info(pipeline));
   put("checkpoint_version", py_float(3.0));
   put("iteration", py_int(part.iteration));
   if (run.client_state)
@@ -1016,8 +1029,8 @@ void write_deepspeed_part(const std::string& tag_dir, const MegatronPart& part, 
                           const DeepSpeedRun& run) {
   if (run.stage != 0) partitioning_of(run.stage, "--ckpt-format deepspeed with ZeRO stage " + std::to_string(run.stage));
   const bool pipeline = part.pp > 1;
-  if (pipeline && (run.stage > 1 || part.tp > 1))
-    throw Error(ErrorKind::Internal, "DeepSpeed's pipeline files are written at ZeRO 0 or 1 and TP 1 (stage %d, TP %ld)", run.stage, (long)part.tp);
+  if (pipeline && run.stage > 1)
+    throw Error(ErrorKind::Internal, "DeepSpeed's pipeline files are written at ZeRO 0 or 1 (stage %d)", run.stage);
   auto names = [&](const std::map<std::string, torch::Tensor>& t) {
     const std::shared_ptr<PyValue> core = megatron_part_state(t, part);
     return pipeline ? pipe_stage_state(*core, part) : core;

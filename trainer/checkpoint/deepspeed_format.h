@@ -22,7 +22,7 @@
 //
 // Read: the fp32 weights (from the partitions where there are any, else from
 // `module` or the layer files), Adam's moments and step from the partitions
-// (a pipeline's: per stage, mp_rank_SS, without tensor parallelism), the
+// (a pipeline's: per stage and tensor-parallel rank, mp_rank_MM), the
 // iteration and the samples consumed;
 // the model's shape from Megatron's `args`, which a checkpoint without them
 // lacks (its attention heads are in no tensor's shape): it is refused saying
@@ -107,11 +107,12 @@ std::string deepspeed_tag(int64_t iteration);
 // rebuilds the weights. `params` and the moments are under our whole-model
 // names, cut for the part's tensor-parallel rank. ZeRO 3 splits a group into
 // sub-groups at DeepSpeed's default sub_group_size (1e9 numbers per rank).
-// A part of a pipeline (part.pp > 1; ZeRO 0 or 1 and TP 1, as DeepSpeed's pipeline engine
-// runs) is written as that engine saves Megatron-DeepSpeed's GPTModelPipe: each layer's
-// weights in layer_XX-model_TT-model_states.pt (XX its spec index: 1 the embedding, 2 + l
-// layer l, 2 + L the final LayerNorm), and the stage's mp_rank_SS_model_states.pt (no module)
-// and optimizer files, SS the stage, its parameters named and ordered as the pipeline module's
+// A part of a pipeline (part.pp > 1; ZeRO 0 or 1, as DeepSpeed's pipeline engine runs) is
+// written as that engine saves Megatron-DeepSpeed's GPTModelPipe: each layer's weights in
+// layer_XX-model_TT-model_states.pt (XX its spec index: 1 the embedding, 2 + l layer l, 2 + L
+// the final LayerNorm; TT the tensor-parallel rank), and the stage's mp_rank_MM_model_states.pt
+// (no module) and optimizer files, MM = stage x TP + TT (the rank in the pipeline grid's
+// model-parallel group), its parameters named and ordered as the pipeline module's
 // (tied_modules.embed.word_embeddings.weight, "3.self_attention.query_key_value.weight").
 void write_deepspeed_part(const std::string& tag_dir, const MegatronPart& part, const std::map<std::string, torch::Tensor>& params,
                           const std::map<std::string, torch::Tensor>& exp_avg, const std::map<std::string, torch::Tensor>& exp_avg_sq,

@@ -184,13 +184,13 @@ void Rules::distribution() {
   require(a_.ckpt_format != "torch" || a_.num_layers_per_virtual_pipeline_stage == 0, "--ckpt-format torch",
           "is not written for an interleaved pipeline (--num-layers-per-virtual-pipeline-stage) yet");
   if (a_.ckpt_format == "deepspeed") {
-    // DeepSpeed's pipeline engine runs ZeRO 0 and 1; its files are written here for one tensor-parallel rank and a
-    // non-interleaved pipeline, and not for bf16 at ZeRO 0 (that engine's BF16_Optimizer, not written)
-    require(a_.pipeline_model_parallel_size == 1 || (a_.zero_stage <= 1 && a_.tensor_model_parallel_size == 1 &&
-                                                     a_.num_layers_per_virtual_pipeline_stage == 0 && !(a_.bf16 && a_.zero_stage == 0)),
+    // DeepSpeed's pipeline engine runs ZeRO 0 and 1; its files are written here for a non-interleaved pipeline,
+    // and not for bf16 at ZeRO 0 (that engine's BF16_Optimizer, not written)
+    require(a_.pipeline_model_parallel_size == 1 ||
+                (a_.zero_stage <= 1 && a_.num_layers_per_virtual_pipeline_stage == 0 && !(a_.bf16 && a_.zero_stage == 0)),
             "--ckpt-format deepspeed",
-            "with pipeline parallelism is written at ZeRO stage 0 or 1 (DeepSpeed's pipeline engine takes no higher one; with --bf16 at 1), "
-            "--tensor-model-parallel-size 1 and no interleaving: save with --ckpt-format zerolm or torch, which convert_gpt exports");
+            "with pipeline parallelism is written at ZeRO stage 0 or 1 (DeepSpeed's pipeline engine takes no higher one; with --bf16 at 1) "
+            "and no interleaving: save with --ckpt-format zerolm or torch, which convert_gpt exports");
   }
   require(a_.num_layers_per_virtual_pipeline_stage >= (o_.given("--num-layers-per-virtual-pipeline-stage") ? 1 : 0),
           "--num-layers-per-virtual-pipeline-stage", "must be at least 1 (leave it out for the non-interleaved schedule)");
