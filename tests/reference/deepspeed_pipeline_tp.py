@@ -7,8 +7,8 @@ grid's model-parallel group (mp_rank_MM, MM = stage x TP + TT).
 DeepSpeed runs on the CPU (DS_ACCELERATOR=cpu, Gloo, four processes: TP 2 x
 PP 2) over a PipelineModule laid out as GPTModelPipe, each layer cut as
 Megatron cuts it (deepspeed_run.gpt_pipe), with torch's AdamW in Megatron's two
-groups, fp32, a constant learning rate, on the samples pretrain_gpt reads. At
-ZeRO 0 and 1:
+groups, fp32 unless said, a constant learning rate, on the samples pretrain_gpt
+reads. At ZeRO 0 and 1:
   - reads: the engine trains N iterations, saves, and trains K more;
     convert_gpt --dump-logits of its checkpoint gives the engine's logits at
     the save within 1e-5, and pretrain_gpt --load on one process continues
@@ -17,7 +17,17 @@ ZeRO 0 and 1:
     order or from the wrong files fail the check);
   - writes: pretrain_gpt at TP 2 x PP 2 with --ckpt-format deepspeed saves
     iteration N, and the engine (other initial weights) load_checkpoint's it
-    and continues with pretrain_gpt's losses within 1e-5 relative.
+    and continues with pretrain_gpt's losses within 1e-5 relative;
+  - universal: DeepSpeed's ds_to_universal (strict) converts pretrain_gpt's
+    ZeRO-1 files, its merged fp32 weights equal convert_gpt's reading of
+    them exactly, and the engine continues from the universal checkpoint
+    with pretrain_gpt's losses within 1e-5 relative;
+  - bf16 (ZeRO 1): the bf16 engine's own checkpoint (BF16_Optimizer's
+    bf16_zero_pp_rank_* files), converted by ds_to_universal, gives the fp32
+    master weights convert_gpt reads, exactly; pretrain_gpt --load takes its
+    moments; the bf16 engine loads pretrain_gpt --bf16's files and saves
+    them again alike (fp32 partitions, moments, step), and continues within
+    1e-4 relative of pretrain_gpt's losses.
 
   deepspeed_pipeline_tp.py BIN_DIR DATA_DIR WORK_DIR    (exit 77: a package is missing)
 """
@@ -40,6 +50,7 @@ N, K, TP, PP = 2, 3, 2, 2
 WORLD = TP * PP
 RUN = Run(BIN, DATA_DIR, WORK, iters=N + K)
 TOLERANCE = 1e-5
+MIXED_TOLERANCE = 1e-4  # two bf16 implementations (deepspeed_checkpoint_mixed.py's bound)
 TAG = f"global_step{N}"
 LAYOUT = ("--nproc-per-node", str(WORLD), "--tensor-model-parallel-size", str(TP), "--pipeline-model-parallel-size", str(PP))
 
@@ -86,17 +97,31 @@ def logits_at(pipe, rank):
         return torch.cat(parts, dim=-1)[0].float()
 
 
-def reads_worker(rank, zero, out):
-    engine, pipe = pipe_engine(rank, zero, 5, out)
+def pipe_universal_info():
+    """What Megatron-DeepSpeed's GPTModelPipe adds to the client state for DeepSpeed's universal-checkpoint converter,
+    written for this layout: the tensors every tensor-parallel rank holds whole, those cut along their inputs, and the
+    tied embedding, which the first and the last stage both hold."""
+    from deepspeed.checkpoint import constants as c
+    return {c.UNIVERSAL_CHECKPOINT_VERSION_KEY: c.UNIVERSAL_CHECKPOINT_VERSION_VALUE,
+            c.TP_REPLICATED_PARAMETER_PATTERNS: [r"tied_modules\.embed\.position_embeddings\.weight", r"\d+\.input_layernorm\.",
+                                                 r"\d+\.post_attention_layernorm\.", r"\d+\.self_attention\.dense\.bias",
+                                                 r"\d+\.mlp\.dense_4h_to_h\.bias", r"\d+\.(weight|bias)$"],
+            c.PARAMETER_WITH_ROW_PARALLELISM_PATTERNS: [r"\d+\.self_attention\.dense\.weight", r"\d+\.mlp\.dense_4h_to_h\.weight"],
+            c.PIPELINE_REPLICATED_PARAMETER_PATTERNS: [r"tied_modules\.embed\."]}
+
+
+def reads_worker(rank, zero, out, config):
+    engine, pipe = pipe_engine(rank, zero, 5, out, **config)
     sample = sample_reader(RUN.data, RUN.index)
     losses = {}
     ckpt = os.path.join(out, "ckpt")
     for it in range(1, N + K + 1):
         losses[it] = engine.train_batch(pipe_batches(sample, it)).item()
         if it == N:
-            engine.save_checkpoint(ckpt, client_state={"args": megatron_args(N, pp=PP, tp=TP), "iteration": N, "checkpoint_version": 3.0})
-            want = logits_at(pipe, rank)
-            if rank == WORLD - TP:
+            engine.save_checkpoint(ckpt, client_state={"args": megatron_args(N, pp=PP, tp=TP), "iteration": N, "checkpoint_version": 3.0,
+                                                       "universal_checkpoint_info": pipe_universal_info()})
+            want = None if config else logits_at(pipe, rank)  # (fp32 only: compared with the fp32 weights read)
+            if rank == WORLD - TP and want is not None:
                 torch.save(want, ckpt + ".logits.pt")
     if rank == WORLD - 1:
         with open(ckpt + ".losses.json", "w") as f:
@@ -104,9 +129,10 @@ def reads_worker(rank, zero, out):
     end_worker()
 
 
-def writes_worker(rank, zero, out, ckpt, universal):
-    engine, _ = pipe_engine(rank, zero, 99, out, **({"checkpoint": {"load_universal": True}} if universal else {}))
+def writes_worker(rank, zero, out, ckpt, config):
+    engine, _ = pipe_engine(rank, zero, 99, out, **config)
     where, client = engine.load_checkpoint(ckpt, tag=TAG)
+    engine.save_checkpoint(os.path.join(out, "resaved"), tag=TAG)  # what it loaded, as it writes it
     sample = sample_reader(RUN.data, RUN.index)
     state = {"loaded": where is not None, "iteration": client.get("iteration") if client else None, "global_steps": engine.global_steps,
              "losses": {it: engine.train_batch(pipe_batches(sample, it)).item() for it in range(N + 1, N + K + 1)}}
@@ -116,10 +142,11 @@ def writes_worker(rank, zero, out, ckpt, universal):
     end_worker()
 
 
-def continued(ckpt, name, zero, universal=False):
-    """The state of the engine at ZeRO `zero` after loading `ckpt` (TAG), and its losses of iterations N+1..N+K."""
+def continued(ckpt, name, zero, config=None):
+    """The state of the engine at ZeRO `zero` (DeepSpeed `config` added) after loading `ckpt` (TAG), and its losses of
+    iterations N+1..N+K; it saves what it loaded into WORK/name/resaved first."""
     out = fresh_dir(os.path.join(WORK, name))
-    mp.spawn(writes_worker, args=(zero, out, ckpt, universal), nprocs=WORLD, join=True)
+    mp.spawn(writes_worker, args=(zero, out, ckpt, config or {}), nprocs=WORLD, join=True)
     with open(os.path.join(out, "state.json")) as f:
         ds = json.load(f)
     ds["losses"] = {int(k): v for k, v in ds["losses"].items()}
@@ -143,7 +170,7 @@ def logits_of(dir_):
 
 def reads(zero):
     out = fresh_dir(os.path.join(WORK, f"ds_reads_z{zero}"))
-    mp.spawn(reads_worker, args=(zero, out), nprocs=WORLD, join=True)
+    mp.spawn(reads_worker, args=(zero, out, {}), nprocs=WORLD, join=True)
     ckpt = os.path.join(out, "ckpt")
     files = sorted(os.listdir(os.path.join(ckpt, TAG)))
     diff = (logits_of(ckpt) - torch.load(ckpt + ".logits.pt")).abs().max().item()
@@ -187,36 +214,83 @@ def core_name(pipe_name):
     return f"decoder.layers.{int(head) - 2}.{CORE_NAMES[sub]}.{kind}"
 
 
-def universal():
-    """DeepSpeed's ds_to_universal (strict, as it runs by default) on pretrain_gpt's TP 2 x PP 2 ZeRO-1 files: its merged fp32
-    weights equal convert_gpt's reading of the same files, and the engine at TP 2 x PP 2 loading the universal checkpoint
-    continues with pretrain_gpt's losses."""
-    src, dst, merged = ours_ckpt(1), os.path.join(WORK, "universal"), os.path.join(WORK, "merged")
+def converted_equals_ours(src, name, what):
+    """DeepSpeed's ds_to_universal (strict, as it runs by default) of src's TAG into WORK/name: whether it converts, and
+    whether its merged fp32 weights of every parameter equal convert_gpt's reading of the same files exactly."""
+    dst, merged, at_n = (os.path.join(WORK, name + x) for x in ("", "_merged", "_at_n"))
     r = subprocess.run([sys.executable, "-m", "deepspeed.checkpoint.ds_to_universal", "--input_folder", os.path.join(src, TAG), "--output_folder",
                         os.path.join(dst, TAG), "--num_extract_workers", "1", "--num_merge_workers", "1"],
                        capture_output=True, text=True, env=dict(os.environ, DS_ACCELERATOR="cpu", OMP_NUM_THREADS="1"))
-    if not check(r.returncode == 0, "universal: ds_to_universal converts pretrain_gpt's TP 2 x PP 2 checkpoint" +
-                 ("" if r.returncode == 0 else ":\n" + (r.stderr + r.stdout)[-1500:])):
+    if not check(r.returncode == 0, f"{name}: ds_to_universal converts {what}" + ("" if r.returncode == 0 else ":\n" + (r.stderr + r.stdout)[-1500:])):
         return False
     with open(os.path.join(dst, "latest"), "w") as f:
         f.write(TAG)
-    at_n = os.path.join(WORK, "ours_at_n")  # the run's files with `latest` naming iteration N's save, for convert_gpt
-    shutil.copytree(src, at_n)
+    shutil.copytree(src, at_n)  # `latest` naming iteration N's save, for convert_gpt
     with open(os.path.join(at_n, "latest"), "w") as f:
         f.write(TAG)
-    os.remove(os.path.join(at_n, "latest_checkpointed_iteration.txt"))
+    if os.path.exists(os.path.join(at_n, "latest_checkpointed_iteration.txt")):
+        os.remove(os.path.join(at_n, "latest_checkpointed_iteration.txt"))
     subprocess.run([os.path.join(BIN, "convert_gpt"), "--load", at_n, "--vocab-file", RUN.vocab_file, "--export-megatron", merged, "-q"], check=True)
     want = torch.load(os.path.join(merged, f"iter_{N:07d}", "mp_rank_00", "model_optim_rng.pt"), weights_only=False)["model"]
     names = sorted(n for n in os.listdir(os.path.join(dst, TAG, "zero")) if os.path.isdir(os.path.join(dst, TAG, "zero", n)))
     got = {core_name(n): torch.load(os.path.join(dst, TAG, "zero", n, "fp32.pt"), weights_only=False)["param"] for n in names}
     same = set(got) == {k for k, v in want.items() if torch.is_tensor(v) and not k.endswith("_extra_state")}
     diff = max((got[k].reshape(want[k].shape) - want[k]).abs().max().item() for k in got) if same else float("inf")
-    ok = check(same and diff == 0, f"universal: its merged fp32 weights of all {len(names)} parameters (the tied embedding from the first "
-               f"stage; row-parallel, replicated and column-parallel parts) equal convert_gpt's reading (largest difference {diff:.1e})")
-    ds = continued(dst, "ds_universal", 1, universal=True)
-    diff = worst(ds["losses"], Run.losses(src))
-    return ok & check(ds["loaded"] and ds["iteration"] == N and diff <= TOLERANCE, f"universal: the engine at TP {TP} x PP {PP} loads it and "
-                      f"continues iterations {N + 1}-{N + K} with pretrain_gpt's losses within {diff:.1e} (relative)")
+    return check(same and diff == 0, f"{name}: its merged fp32 weights of all {len(names)} parameters (the tied embedding from the first "
+                 f"stage; row-parallel, replicated and column-parallel parts) equal convert_gpt's reading (largest difference {diff:.1e})")
+
+
+def universal():
+    """ds_to_universal of pretrain_gpt's TP 2 x PP 2 ZeRO-1 files; the engine at TP 2 x PP 2 loading the universal checkpoint
+    continues with pretrain_gpt's losses."""
+    if not converted_equals_ours(ours_ckpt(1), "universal", f"pretrain_gpt's TP {TP} x PP {PP} checkpoint"):
+        return False
+    ds = continued(os.path.join(WORK, "universal"), "ds_universal", 1, {"checkpoint": {"load_universal": True}})
+    diff = worst(ds["losses"], Run.losses(ours_ckpt(1)))
+    return check(ds["loaded"] and ds["iteration"] == N and diff <= TOLERANCE, f"universal: the engine at TP {TP} x PP {PP} loads it and "
+                 f"continues iterations {N + 1}-{N + K} with pretrain_gpt's losses within {diff:.1e} (relative)")
+
+
+def tensors_alike(a, b):
+    """(tensors compared, paths that differ) over the entries a and b both have, recursively."""
+    if torch.is_tensor(a) and torch.is_tensor(b):
+        return 1, [] if a.dtype == b.dtype and torch.equal(a, b) else [""]
+    pairs = [(k, a[k], b[k]) for k in a if k in b] if isinstance(a, dict) and isinstance(b, dict) else \
+        list(zip(range(len(a)), a, b)) if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)) and len(a) == len(b) else []
+    count, bad = 0, []
+    for k, x, y in pairs:
+        c, d = tensors_alike(x, y)
+        count, bad = count + c, bad + [f"{k}.{p}" if p else str(k) for p in d]
+    return count, bad
+
+
+def bf16():
+    """DeepSpeed's bf16 pipeline engine (BF16_Optimizer: bf16_zero_pp_rank_* files with fp32 master weights) at TP 2 x PP 2, ZeRO 1:
+    convert_gpt reads its master weights as its own converter does, pretrain_gpt --load takes its moments; and it loads
+    pretrain_gpt --bf16's files exactly (saving again what it loaded gives their fp32 weights, moments and step) and continues
+    within MIXED_TOLERANCE of pretrain_gpt's losses."""
+    config = {"bf16": {"enabled": True}}
+    out = fresh_dir(os.path.join(WORK, "ds_reads_bf16"))
+    mp.spawn(reads_worker, args=(1, out, config), nprocs=WORLD, join=True)
+    theirs = os.path.join(out, "ckpt")
+    ok = converted_equals_ours(theirs, "universal_bf16", f"the bf16 engine's TP {TP} x PP {PP} checkpoint")
+    log = RUN.pretrain(os.path.join(WORK, "resumed_bf16"), "--load", theirs, "--zero-stage", "1")
+    ok &= check("Adam's moments and step" in log, "bf16: pretrain_gpt --load of it reads Adam's moments and step")
+
+    ours = os.path.join(WORK, "ours_bf16")
+    RUN.pretrain(ours, *LAYOUT, "--bf16", "--zero-stage", "1", "--ckpt-format", "deepspeed", "--save-interval", str(N))
+    ds = continued(ours, "ds_writes_bf16", 1, config)
+    files = sorted(f for f in os.listdir(os.path.join(ours, TAG)) if f.endswith("optim_states.pt"))
+    count, bad = 0, []
+    for f in files:
+        c, d = tensors_alike(*(torch.load(os.path.join(d_, TAG, f), weights_only=False)["optimizer_state_dict"]
+                               for d_ in (ours, os.path.join(WORK, "ds_writes_bf16", "resaved"))))
+        count, bad = count + c, bad + [f"{f}: {p}" for p in d]
+    ok &= check(ds["loaded"] and count > 0 and not bad, f"bf16: the bf16 engine loads pretrain_gpt --bf16's {', '.join(files)} and saves "
+                f"them again alike ({count} tensors: fp32 partitions, moments, step{'; differ: ' + ', '.join(bad[:5]) if bad else ''})")
+    diff = worst(ds["losses"], Run.losses(ours))
+    return ok & check(diff <= MIXED_TOLERANCE, f"bf16: it continues iterations {N + 1}-{N + K} within {diff:.1e} (relative) of pretrain_gpt "
+                      f"--bf16's losses")
 
 
 def main():
@@ -227,6 +301,7 @@ def main():
         ok &= reads(zero)
         ok &= writes(zero)
     ok &= universal()
+    ok &= bf16()
     sys.exit(0 if ok else 1)
 
 
