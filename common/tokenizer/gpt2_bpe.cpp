@@ -387,6 +387,7 @@ struct Gpt2Bpe::Impl {
   void index_merges(const std::vector<Merge>& merges, const std::string& merges_path);
 
   void bpe_short(const int32_t* init, size_t n, std::vector<int32_t>& out) const;
+  void bpe_leftmost(const int32_t* init, size_t n, std::vector<int32_t>& out) const;
   void bpe_heap(const int32_t* init, size_t n, std::vector<int32_t>& out) const;
 };
 
@@ -790,6 +791,37 @@ void Gpt2Bpe::Impl::bpe_short(const int32_t* init, size_t n, std::vector<int32_t
   for (size_t i = 0; i < n; ++i) out.push_back(out_id(cur[i].value));
 }
 
+// bpe_short's result for well-formed merges, one merge at a time: the leftmost pair of the
+// lowest rank is merged and only its two neighbouring pairs are looked up again (tiktoken's
+// loop). Megatron merges every occurrence of that pair in one left-to-right pass; merging the
+// leftmost one and looking again gives the same: the merge's result never takes part in a merge
+// ranked as low (well_formed), so the next lowest pair is the next occurrence, if any, and its
+// left symbol was not touched. A round of bpe_short passes over every symbol with a branch on
+// each; this scans the ranks for the least (no branch to mispredict) and shifts the tail.
+void Gpt2Bpe::Impl::bpe_leftmost(const int32_t* init, size_t n, std::vector<int32_t>& out) const {
+  int32_t value[kShortPiece], rank[kShortPiece];
+  for (size_t i = 0; i + 1 < n; ++i) __builtin_prefetch(&pair_table[pair_home(pair_key(init[i], init[i + 1]))]);
+  for (size_t i = 0; i < n; ++i) value[i] = init[i];
+  for (size_t i = 0; i + 1 < n; ++i) rank[i] = pair_rank(value[i], value[i + 1]);
+  rank[n - 1] = INT32_MAX;
+  while (n > 1) {
+    int32_t best = rank[0];
+    size_t at = 0;
+    for (size_t i = 1; i + 1 < n; ++i) {
+      const bool less = rank[i] < best;  // strict: the leftmost of equals
+      best = less ? rank[i] : best;
+      at = less ? i : at;
+    }
+    if (best == INT32_MAX) break;
+    value[at] = result_table[static_cast<size_t>(best)];
+    for (size_t i = at + 1; i + 1 < n; ++i) value[i] = value[i + 1], rank[i] = rank[i + 1];
+    --n;
+    rank[at] = at + 1 < n ? pair_rank(value[at], value[at + 1]) : INT32_MAX;
+    if (at > 0) rank[at - 1] = pair_rank(value[at - 1], value[at]);
+  }
+  for (size_t i = 0; i < n; ++i) out.push_back(out_id(value[i]));
+}
+
 // Same result in O(n log n): a heap of (rank, position) over a linked list.
 void Gpt2Bpe::Impl::bpe_heap(const int32_t* init, size_t n, std::vector<int32_t>& out) const {
   struct Node { int32_t value; int32_t prev, next; };
@@ -876,7 +908,8 @@ void Gpt2Bpe::encode_piece(std::string_view piece, std::vector<int32_t>& out, Bp
     init = init_vec.data();
   }
   size_t before = out.size();
-  if (piece.size() <= kShortPiece || !m.well_formed) m.bpe_short(init, piece.size(), out);
+  if (!m.well_formed) m.bpe_short(init, piece.size(), out);
+  else if (piece.size() <= kShortPiece) m.bpe_leftmost(init, piece.size(), out);
   else m.bpe_heap(init, piece.size(), out);
   if (cacheable) cache->insert(piece, h, out.data() + before, out.size() - before);
 }

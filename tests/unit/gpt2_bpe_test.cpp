@@ -279,6 +279,35 @@ TEST(Gpt2Bpe, HeapMatchesReferenceOnLongPieces) {
   }
 }
 
+// Short pieces (2-64 bytes, not whole tokens) take the one-merge-at-a-time loop: Megatron's
+// result on pieces made of syllables that merge alike in many places (repeated pairs, runs of
+// one letter), of random bytes, and of the same pair over and over.
+TEST(Gpt2Bpe, LeftmostMergeLoopMatchesReferenceOnShortPieces) {
+  std::mt19937 rng(7);
+  const std::vector<std::string> syll = {"th", "e", "in", "an", "er", "a", "aa", "o", "re", "on", "s", "t", "ing", "x", " ", "'", "1", "\xc3\xa9"};
+  size_t checked = 0;
+  for (int iter = 0; iter < 20000; ++iter) {
+    std::string piece;
+    const size_t n = 2 + rng() % 63;
+    if (iter % 3 == 0) {
+      while (piece.size() < n) piece += syll[rng() % syll.size()];
+    } else if (iter % 3 == 1) {
+      while (piece.size() < n) piece += static_cast<char>(rng() % 256);
+    } else {
+      const std::string pair = syll[rng() % syll.size()] + syll[rng() % syll.size()];
+      while (piece.size() < n) piece += pair;
+    }
+    piece.resize(std::min<size_t>(piece.size(), 64));
+    for (const Gpt2Bpe* bpe : {&full(), &tiny()}) {
+      std::vector<int32_t> got;
+      bpe->encode_piece(piece, got, nullptr);
+      ASSERT_EQ(got, bpe->encode_piece_reference(piece)) << "piece of " << piece.size() << " bytes, iteration " << iter;
+      checked += got.size() > 1;
+    }
+  }
+  EXPECT_GT(checked, 20000u);  // most are several tokens: the merge loop ran
+}
+
 // 1 MB single word and 1 MB without spaces: must finish well inside the test timeout
 // (quadratic BPE would need ~10^12 steps). Speed itself is measured in tests/bench.
 TEST(Gpt2Bpe, NoQuadraticBlowUp) {
