@@ -22,12 +22,14 @@ reads. At ZeRO 0 and 1:
     ZeRO-1 files, its merged fp32 weights equal convert_gpt's reading of
     them exactly, and the engine continues from the universal checkpoint
     with pretrain_gpt's losses within 1e-5 relative;
-  - bf16 (ZeRO 1): the bf16 engine's own checkpoint (BF16_Optimizer's
-    bf16_zero_pp_rank_* files), converted by ds_to_universal, gives the fp32
-    master weights convert_gpt reads, exactly; pretrain_gpt --load takes its
-    moments; the bf16 engine loads pretrain_gpt --bf16's files and saves
-    them again alike (fp32 partitions, moments, step), and continues within
-    1e-4 relative of pretrain_gpt's bf16 losses (with the moments zeroed in
+  - bf16 and fp16 (ZeRO 1): the 16-bit engine's own checkpoint (bf16:
+    BF16_Optimizer's bf16_zero_pp_rank_* files; fp16: ZeRO 1's with its loss
+    scaler, the CPU accelerator's fp16 check answered yes), converted by
+    ds_to_universal, gives the fp32 master weights convert_gpt reads,
+    exactly; pretrain_gpt --load takes its moments; the engine loads
+    pretrain_gpt's files of that precision and saves them again alike (fp32
+    partitions, moments, step), and continues within 1e-4 relative of
+    pretrain_gpt's losses in that precision (bf16 with the moments zeroed in
     the files: 4.6e-3, measured once).
 
   deepspeed_pipeline_tp.py BIN_DIR DATA_DIR WORK_DIR    (exit 77: a package is missing)
@@ -62,7 +64,9 @@ def pipe_engine(rank, zero, seed, out, **config):
     alike on every rank, as they must be."""
     start_worker(out, rank, WORLD, tp=TP)
     import deepspeed
+    from deepspeed.accelerator import get_accelerator
     from megatron.core import parallel_state
+    type(get_accelerator()).is_fp16_supported = lambda self: True  # the CPU accelerator says no (no mkldnn fp16); the math runs
     deepspeed.init_distributed(dist_backend="gloo")
     pipe = gpt_pipe(PP, tp=TP)
     tp_rank = parallel_state.get_tensor_model_parallel_rank()
@@ -265,35 +269,42 @@ def tensors_alike(a, b):
     return count, bad
 
 
-def bf16():
-    """DeepSpeed's bf16 pipeline engine (BF16_Optimizer: bf16_zero_pp_rank_* files with fp32 master weights) at TP 2 x PP 2, ZeRO 1:
-    convert_gpt reads its master weights as its own converter does, pretrain_gpt --load takes its moments; and it loads
-    pretrain_gpt --bf16's files exactly (saving again what it loaded gives their fp32 weights, moments and step) and continues
-    within MIXED_TOLERANCE of pretrain_gpt's losses."""
-    config = {"bf16": {"enabled": True}}
-    out = fresh_dir(os.path.join(WORK, "ds_reads_bf16"))
+# DeepSpeed's config and pretrain_gpt's flags of each 16-bit precision: fp16 from a scale of 1024 on both sides (no
+# overflow, so every step counts).
+PRECISIONS = {"bf16": ({"bf16": {"enabled": True}}, ("--bf16",)),
+              "fp16": ({"fp16": {"enabled": True, "initial_scale_power": 10}}, ("--fp16", "--initial-loss-scale", "1024"))}
+
+
+def mixed(precision):
+    """DeepSpeed's 16-bit pipeline engine at TP 2 x PP 2, ZeRO 1 (bf16: BF16_Optimizer and its bf16_zero_pp_rank_* files; fp16:
+    ZeRO 1's partitions with the loss scaler): convert_gpt reads its fp32 master weights as its own converter does, pretrain_gpt
+    --load takes its moments; and it loads pretrain_gpt's files of that precision exactly (saving again what it loaded gives
+    their fp32 weights, moments and step) and continues within MIXED_TOLERANCE of pretrain_gpt's losses."""
+    config, flags = PRECISIONS[precision]
+    out = fresh_dir(os.path.join(WORK, f"ds_reads_{precision}"))
     mp.spawn(reads_worker, args=(1, out, config), nprocs=WORLD, join=True)
     theirs = os.path.join(out, "ckpt")
-    ok = converted_equals_ours(theirs, "universal_bf16", f"the bf16 engine's TP {TP} x PP {PP} checkpoint")
-    log = RUN.pretrain(os.path.join(WORK, "resumed_bf16"), "--load", theirs, "--zero-stage", "1")
-    ok &= check("Adam's moments and step" in log, "bf16: pretrain_gpt --load of it reads Adam's moments and step")
+    ok = converted_equals_ours(theirs, f"universal_{precision}", f"the {precision} engine's TP {TP} x PP {PP} checkpoint")
+    log = RUN.pretrain(os.path.join(WORK, f"resumed_{precision}"), "--load", theirs, "--zero-stage", "1")
+    ok &= check("Adam's moments and step" in log, f"{precision}: pretrain_gpt --load of it reads Adam's moments and step")
 
-    ours = os.path.join(WORK, "ours_bf16")
-    os.environ["ZLM_CPU_MIXED_PRECISION"] = "1"  # pretrain_gpt --bf16 trains in bf16 on the CPU too, as on a GPU
-    RUN.pretrain(ours, *LAYOUT, "--bf16", "--zero-stage", "1", "--ckpt-format", "deepspeed", "--save-interval", str(N))
+    ours = os.path.join(WORK, f"ours_{precision}")
+    os.environ["ZLM_CPU_MIXED_PRECISION"] = "1"  # pretrain_gpt trains in 16 bits on the CPU too, as on a GPU
+    RUN.pretrain(ours, *LAYOUT, *flags, "--zero-stage", "1", "--ckpt-format", "deepspeed", "--save-interval", str(N))
     del os.environ["ZLM_CPU_MIXED_PRECISION"]
-    ds = continued(ours, "ds_writes_bf16", 1, config)
+    ds = continued(ours, f"ds_writes_{precision}", 1, config)
     files = sorted(f for f in os.listdir(os.path.join(ours, TAG)) if f.endswith("optim_states.pt"))
     count, bad = 0, []
     for f in files:
         c, d = tensors_alike(*(torch.load(os.path.join(d_, TAG, f), weights_only=False)["optimizer_state_dict"]
-                               for d_ in (ours, os.path.join(WORK, "ds_writes_bf16", "resaved"))))
+                               for d_ in (ours, os.path.join(WORK, f"ds_writes_{precision}", "resaved"))))
         count, bad = count + c, bad + [f"{f}: {p}" for p in d]
-    ok &= check(ds["loaded"] and count > 0 and not bad, f"bf16: the bf16 engine loads pretrain_gpt --bf16's {', '.join(files)} and saves "
-                f"them again alike ({count} tensors: fp32 partitions, moments, step{'; differ: ' + ', '.join(bad[:5]) if bad else ''})")
+    ok &= check(ds["loaded"] and count > 0 and not bad, f"{precision}: the {precision} engine loads pretrain_gpt --{precision}'s "
+                f"{', '.join(files)} and saves them again alike ({count} tensors: fp32 partitions, moments, step"
+                f"{'; differ: ' + ', '.join(bad[:5]) if bad else ''})")
     diff = worst(ds["losses"], Run.losses(ours))
-    return ok & check(diff <= MIXED_TOLERANCE, f"bf16: it continues iterations {N + 1}-{N + K} within {diff:.1e} (relative) of pretrain_gpt "
-                      f"--bf16's losses")
+    return ok & check(diff <= MIXED_TOLERANCE, f"{precision}: it continues iterations {N + 1}-{N + K} within {diff:.1e} (relative) of "
+                      f"pretrain_gpt --{precision}'s losses")
 
 
 def main():
@@ -304,7 +315,8 @@ def main():
         ok &= reads(zero)
         ok &= writes(zero)
     ok &= universal()
-    ok &= bf16()
+    ok &= mixed("bf16")
+    ok &= mixed("fp16")
     sys.exit(0 if ok else 1)
 
 
