@@ -23,7 +23,9 @@ a cosine schedule whose warm-up ends inside the first iteration; one part, and
 TP 2 x PP 2 for fp32 and fp16, where megatron-core builds each part's model
 and optimizer on four Gloo processes; with --use-distributed-optimizer in fp32
 from DP 2, in fp16, and in bf16 at TP 2 x PP 2, whose stages put the tied
-embedding's copies in buckets of their own), and megatron-core's optimizer of
+embedding's copies in buckets of their own; and with --overlap-grad-reduce
+--ddp-bucket-size on both sides, in fp32 on one part and in bf16 at TP 2 x
+PP 2, the first stage's buffer in several buckets), and megatron-core's optimizer of
 that precision load_state_dict()s its `optimizer` (and the distributed one
 load_parameter_state()s distrib_optim.pt, as Megatron-LM's loader does)
 and its scheduler, built from the same flags and asserting as Megatron-LM's
@@ -174,10 +176,10 @@ def megatron_lm_restores_rng(sd, tp, pp):
     return differ
 
 
-def load_ours(rank, mode, dist, saved, out, tp, pp):
-    """megatron-core's optimizer of `mode` (`dist`: its distributed optimizer), on its part of a
-    TP x PP model, loading pretrain_gpt's checkpoint of that part as Megatron-LM does (and, on one
-    part in fp32, continuing it)."""
+def load_ours(rank, mode, dist, saved, out, tp, pp, bucket):
+    """megatron-core's optimizer of `mode` (`dist`: its distributed optimizer; `bucket`: its bucket size
+    with --overlap-grad-reduce, or None), on its part of a TP x PP model, loading pretrain_gpt's
+    checkpoint of that part as Megatron-LM does (and, on one part in fp32, continuing it)."""
     megatron_cpu.init(out, rank, tp * pp, tp, pp)
     import megatron_cpu_optimizer as mco
     from megatron.core import parallel_state
@@ -193,7 +195,7 @@ def load_ours(rank, mode, dist, saved, out, tp, pp):
     schedule = {"init_lr": 0.0, "max_lr": LR, "min_lr": LR / 10, "lr_warmup_steps": WARMUP_FRACTION * total, "lr_decay_steps": total,
                 "lr_decay_style": "cosine"}
     model, opt, sched = mco.build(mode, dist, L, H, HEADS, SEQ, sd["args"].padded_vocab_size, seed=7, lr=LR, iterations=N + K,
-                                  samples_per_iteration=GLOBAL, schedule=schedule, tp=tp, pp=pp)
+                                  samples_per_iteration=GLOBAL, schedule=schedule, tp=tp, pp=pp, bucket=bucket)
     core = model.module.module if hasattr(model.module, "module") else model.module
     core.load_state_dict(sd["model"], strict=True)
     opt.load_state_dict(sd["optimizer"])
@@ -214,7 +216,7 @@ def load_ours(rank, mode, dist, saved, out, tp, pp):
     with open(os.path.join(out, f"result_{rank}.json"), "w") as f:
         json.dump({"part": part, "differ": differ, "steps": steps, "states": len(inner.state), "params": sum(torch.is_tensor(t) for t in sd["model"].values()),
                    "our_step": ours["step"], "losses": losses, "scale": scale, "rng_differ": rng_differ,
-                   "lr": lr, "optimizer": type(opt.chained_optimizers[0]).__name__}, f)
+                   "lr": lr, "optimizer": type(opt.chained_optimizers[0]).__name__, "buckets": len(model.buffers[0].buckets)}, f)
     torch.distributed.destroy_process_group()
     sys.stdout.flush()
     os._exit(0)
@@ -225,26 +227,34 @@ def megatron_loads_ours():
     optimizer on that part (one part, and TP 2 x PP 2 on four Gloo processes), and on one part in
     fp32 continued."""
     ok = True
-    # (precision, TP, PP, pretrain_gpt's DP, --use-distributed-optimizer); megatron-core loads each part at DP 1
-    for mode, tp, pp, dp, dist in [("fp32", 1, 1, 1, False), ("bf16", 1, 1, 1, False), ("fp16", 1, 1, 1, False), ("fp32", 2, 2, 1, False),
-                                   ("fp16", 2, 2, 1, False), ("fp32", 1, 1, 2, True), ("fp16", 1, 1, 1, True), ("bf16", 2, 2, 1, True)]:
-        layout = f"{mode}, TP {tp} x PP {pp}" + (f" x DP {dp}" if dp > 1 else "") + (", distributed optimizer" if dist else "")
-        name = f"{mode}_tp{tp}pp{pp}dp{dp}" + ("_dist" if dist else "")
+    # (precision, TP, PP, pretrain_gpt's DP, --use-distributed-optimizer, --overlap-grad-reduce's --ddp-bucket-size or None);
+    # megatron-core loads each part at DP 1. With a bucket size the first stage's buffer has several buckets (the others one,
+    # as Megatron-LM makes them), whose tails distrib_optim.pt leaves out
+    for mode, tp, pp, dp, dist, bucket in [("fp32", 1, 1, 1, False, None), ("bf16", 1, 1, 1, False, None), ("fp16", 1, 1, 1, False, None),
+                                           ("fp32", 2, 2, 1, False, None), ("fp16", 2, 2, 1, False, None), ("fp32", 1, 1, 2, True, None),
+                                           ("fp16", 1, 1, 1, True, None), ("bf16", 2, 2, 1, True, None), ("fp32", 1, 1, 1, True, 20000),
+                                           ("bf16", 2, 2, 1, True, 9000)]:
+        layout = (f"{mode}, TP {tp} x PP {pp}" + (f" x DP {dp}" if dp > 1 else "") + (", distributed optimizer" if dist else "")
+                  + (f", buckets of {bucket}" if bucket else ""))
+        name = f"{mode}_tp{tp}pp{pp}dp{dp}" + ("_dist" if dist else "") + (f"_buckets{bucket}" if bucket else "")
         saved = os.path.join(WORK, f"ours_{name}")
         flags = ([] if mode == "fp32" else ["--" + mode]) + (["--use-distributed-optimizer"] if dist else []) + ([] if tp * pp * dp == 1 else [
-            "--nproc-per-node", str(tp * pp * dp), "--tensor-model-parallel-size", str(tp), "--pipeline-model-parallel-size", str(pp)])
+            "--nproc-per-node", str(tp * pp * dp), "--tensor-model-parallel-size", str(tp), "--pipeline-model-parallel-size", str(pp)]) + (
+            ["--overlap-grad-reduce", "--ddp-bucket-size", str(bucket)] if bucket else [])
         RUN.pretrain(saved, "--ckpt-format", "torch", "--save-interval", str(N), *flags,
                      schedule=("--lr-decay-style", "cosine", "--lr-warmup-fraction", str(WARMUP_FRACTION), "--min-lr", str(LR / 10)))
         out = fresh_dir(os.path.join(WORK, f"megatron_loads_{name}"))
-        mp.spawn(load_ours, args=(mode, dist, saved, out, tp, pp), nprocs=tp * pp, join=True)
+        mp.spawn(load_ours, args=(mode, dist, saved, out, tp, pp, bucket), nprocs=tp * pp, join=True)
         with open(os.path.join(saved, "metrics.jsonl")) as f:
             our_lr = next(rec["lr"] for rec in map(json.loads, f) if rec.get("iteration") == N and "split" not in rec)
         for rank in range(tp * pp):
             with open(os.path.join(out, f"result_{rank}.json")) as f:
                 r = json.load(f)
             ok &= check(not r["differ"] and r["steps"] == [N] == [r["our_step"]] and r["states"] == r["params"] and r["lr"] == our_lr
-                        and (mode != "fp16" or r["scale"] == 2.0 ** 32) and not r["rng_differ"],
-                        f"{layout}, {r['part']}: megatron-core's {r['optimizer']} and scheduler load pretrain_gpt's: learning rate {r['lr']} "
+                        and (mode != "fp16" or r["scale"] == 2.0 ** 32) and not r["rng_differ"]
+                        and (not bucket or r["part"].endswith("_001") or r["buckets"] > 1),  # the first stage's buckets are several
+                        f"{layout}, {r['part']}: megatron-core's {r['optimizer']} ({r['buckets']} bucket(s)) and scheduler load pretrain_gpt's: "
+                        f"learning rate {r['lr']} "
                         f"(pretrain_gpt's {our_lr}), fp32 weights and moments exactly the run's, step {r['steps']} in all {r['states']} "
                         "parameters" + (f", loss scale {r['scale']:g}" if r["scale"] else "")
                         + (f" (differ: {r['differ'][:3]})" if r["differ"] else "")

@@ -463,7 +463,7 @@ torch::serialize::OutputArchive part_archive(Gpt2& model, const ZeroEngine::Full
 // This rank's part of the model in Megatron's layout, with the run's counters.
 MegatronPart part_of(Gpt2& model, const ProcessGrid& grid, const RunState& st) {
   return MegatronPart{.config = model->config(), .tp = grid.tp_size(), .pp = grid.pp_size(), .tp_rank = grid.tp_rank(),
-                      .pp_rank = grid.pp_rank(), .iteration = st.iteration, .consumed_train = st.consumed_train,
+                      .pp_rank = grid.pp_rank(), .dp = grid.dp_size(), .iteration = st.iteration, .consumed_train = st.consumed_train,
                       .consumed_valid = st.consumed_valid};
 }
 
@@ -540,7 +540,8 @@ void put_rng_state(PyValue& top, const RngTracker& rng, uint64_t seed, const Pro
 void write_megatron_part(Gpt2& model, const ZeroEngine::FullState& full, const ProcessGrid& grid, const RngTracker& rng, const RunState& st,
                          DeepSpeedRun run, const fs::path& file) {
   const GlobalNamed named = by_global_name(model, full);
-  const MegatronPart part = part_of(model, grid, st);
+  MegatronPart part = part_of(model, grid, st);
+  part.overlap_grad_reduce = run.overlap_grad_reduce, part.ddp_bucket_size = run.ddp_bucket_size;
   const std::shared_ptr<PyValue> module = megatron_part_state(named.params, part), m = megatron_part_state(named.exp_avg, part),
                                  v = megatron_part_state(named.exp_avg_sq, part);
   run.adam_step = full.step;
@@ -550,7 +551,8 @@ void write_megatron_part(Gpt2& model, const ZeroEngine::FullState& full, const P
   opt->entries.emplace_back(py_str("step"), py_int(full.step));
   PyValue top;
   top.kind = PyValue::Kind::Dict;
-  top.entries.emplace_back(py_str("args"), megatron_args(part));
+  const std::shared_ptr<PyValue> args = megatron_args(part);
+  top.entries.emplace_back(py_str("args"), args);
   top.entries.emplace_back(py_str("checkpoint_version"), py_float(3.0));
   top.entries.emplace_back(py_str("iteration"), py_int(st.iteration));
   top.entries.emplace_back(py_str("model"), module);
@@ -562,8 +564,8 @@ void write_megatron_part(Gpt2& model, const ZeroEngine::FullState& full, const P
   if (run.distributed_optimizer) {
     const std::string param_dtype = run.fp16 ? "torch.float16" : run.bf16 ? "torch.bfloat16" : "torch.float32";
     save_torch_file((file.parent_path() / "distrib_optim.pt").string(),
-                    *megatron_distributed_optimizer_state(*module, *m, *v, grid.pp_size() > 1, param_dtype,
-                                                          run.grad_reduce_fp32 ? "torch.float32" : param_dtype));
+                    *megatron_distributed_optimizer_state(*module, *m, *v, grid.pp_size() > 1, megatron_bucket_size(*args, grid.pp_rank() == 0),
+                                                          param_dtype, run.grad_reduce_fp32 ? "torch.float32" : param_dtype));
   }
 }
 
@@ -657,6 +659,8 @@ DeepSpeedRun deepspeed_run(const TrainArgs& a, const RunState& st, int zero_stag
   r.eps = a.adam_eps;
   r.clip_grad = a.clip_grad;
   r.distributed_optimizer = a.use_distributed_optimizer;
+  r.overlap_grad_reduce = a.overlap_grad_reduce;
+  r.ddp_bucket_size = a.ddp_bucket_size;
   r.grad_reduce_fp32 = bf16 || a.grad_reduce_dtype == "fp32";
   r.bf16 = bf16;
   r.min_loss_scale = a.min_loss_scale;

@@ -83,6 +83,8 @@ struct DeepSpeedRun {
   // Megatron-LM's defaults make it for the run's flags (fp32 with
   // --accumulate-allreduce-grads-in-fp32, which Megatron-LM turns on for --bf16).
   bool distributed_optimizer = false, grad_reduce_fp32 = false;
+  bool overlap_grad_reduce = false;  // Megatron's --overlap-grad-reduce and --ddp-bucket-size (0: not given): distrib_optim.pt's buckets
+  int64_t ddp_bucket_size = 0;
   std::shared_ptr<PyValue> client_state;  // further entries of the model-states files (a Dict: Megatron-DeepSpeed's rng_state)
 };
 

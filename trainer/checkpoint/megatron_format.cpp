@@ -181,16 +181,6 @@ void read_torch_optimizer(const PyValue& opt, const std::vector<std::pair<std::s
   out.step = s.step;
 }
 
-// Megatron-LM's bucket size for `args`' run on this part: with --overlap-grad-reduce on the first
-// pipeline stage, --ddp-bucket-size or max(4e7, 1e6 x data-parallel size); else none (0).
-int64_t megatron_bucket_size(const PyValue& args, bool first_stage) {
-  const PyValue* overlap = arg(args, "overlap_grad_reduce");
-  if (!first_stage || !overlap || !overlap->is(PyValue::Kind::Bool) || !overlap->b) return 0;
-  if (const PyValue* size = arg(args, "ddp_bucket_size"); size && size->is(PyValue::Kind::Int)) return size->as_int();
-  const PyValue* dp = arg(args, "data_parallel_size");
-  return std::max<int64_t>(40000000, 1000000 * (dp && dp->is(PyValue::Kind::Int) ? dp->as_int() : 1));
-}
-
 // The distributed optimizer's state (--use-distributed-optimizer): the groups (with the step) in
 // the part's file and, in distrib_optim.pt beside it, each gradient buffer's fp32 weights and
 // moments gathered from every data-parallel rank, as flat vectors in
@@ -272,6 +262,14 @@ torch::Tensor qkv_to_megatron(const torch::Tensor& t, int64_t heads) {
 
 }  // namespace
 
+int64_t megatron_bucket_size(const PyValue& args, bool first_stage) {
+  const PyValue* overlap = arg(args, "overlap_grad_reduce");
+  if (!first_stage || !overlap || !overlap->is(PyValue::Kind::Bool) || !overlap->b) return 0;
+  if (const PyValue* size = arg(args, "ddp_bucket_size"); size && size->is(PyValue::Kind::Int)) return size->as_int();
+  const PyValue* dp = arg(args, "data_parallel_size");
+  return std::max<int64_t>(40000000, 1000000 * (dp && dp->is(PyValue::Kind::Int) ? dp->as_int() : 1));
+}
+
 DistributedOptimizerLayout megatron_distributed_optimizer_layout(const std::vector<std::pair<std::string, int64_t>>& params, bool pipelined,
                                                                  int64_t bucket_size) {
   auto own_bucket = [&](const std::string& name) { return pipelined && (name == "embedding.word_embeddings.weight" || name == "output_layer.weight"); };
@@ -291,11 +289,12 @@ DistributedOptimizerLayout megatron_distributed_optimizer_layout(const std::vect
 }
 
 std::shared_ptr<PyValue> megatron_distributed_optimizer_state(const PyValue& module, const PyValue& exp_avg, const PyValue& exp_avg_sq,
-                                                              bool pipelined, const std::string& param_dtype, const std::string& grad_dtype) {
+                                                              bool pipelined, int64_t bucket_size, const std::string& param_dtype,
+                                                              const std::string& grad_dtype) {
   std::vector<std::pair<std::string, int64_t>> sizes;
   for (const auto& [k, t] : module.entries)
     if (t->is(PyValue::Kind::Tensor)) sizes.emplace_back(k->as_str(), t->tensor.numel());
-  const DistributedOptimizerLayout lay = megatron_distributed_optimizer_layout(sizes, pipelined, 0);
+  const DistributedOptimizerLayout lay = megatron_distributed_optimizer_layout(sizes, pipelined, bucket_size);
   auto buffer = py_dict();
   for (const auto& [key, from] : {std::pair{"param", &module}, {"exp_avg", &exp_avg}, {"exp_avg_sq", &exp_avg_sq}}) {
     torch::Tensor flat = torch::zeros({lay.numel}, torch::kFloat);
@@ -624,6 +623,9 @@ std::shared_ptr<PyValue> megatron_args(const MegatronPart& part) {
   if (c.vocab_entries > 0) arg_of("zerolm_vocab_entries", py_int(c.vocab_entries));  // ours: Megatron ignores it
   arg_of("tensor_model_parallel_size", py_int(part.tp));
   arg_of("pipeline_model_parallel_size", py_int(part.pp));
+  arg_of("data_parallel_size", py_int(part.dp));
+  arg_of("overlap_grad_reduce", py_bool(part.overlap_grad_reduce));
+  arg_of("ddp_bucket_size", part.ddp_bucket_size > 0 ? py_int(part.ddp_bucket_size) : py_none());
   arg_of("position_embedding_type", py_str("learned_absolute"));
   arg_of("normalization", py_str("LayerNorm"));
   arg_of("layernorm_epsilon", py_float(1e-5));

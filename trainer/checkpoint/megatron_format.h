@@ -166,9 +166,13 @@ DistributedOptimizerLayout megatron_distributed_optimizer_layout(const std::vect
 // every data-parallel rank, buckets coalesced): one buffer keyed by its (parameter, gradient)
 // dtypes, e.g. "torch.bfloat16", "torch.float32", holding the fp32 weights `module` and Adam's
 // moments (Dicts of tensors in the part's model order, megatron_part_state's) in the layout of
-// megatron_distributed_optimizer_layout without buckets, zeros between parameters.
+// megatron_distributed_optimizer_layout with `bucket_size` (0: one bucket), zeros between parameters.
 std::shared_ptr<PyValue> megatron_distributed_optimizer_state(const PyValue& module, const PyValue& exp_avg, const PyValue& exp_avg_sq,
-                                                              bool pipelined, const std::string& param_dtype, const std::string& grad_dtype);
+                                                              bool pipelined, int64_t bucket_size, const std::string& param_dtype,
+                                                              const std::string& grad_dtype);
+// Megatron-LM's bucket size for `args`' run on a part: with --overlap-grad-reduce on the first
+// pipeline stage, --ddp-bucket-size or max(4e7, 1e6 x data-parallel size); else none (0).
+int64_t megatron_bucket_size(const PyValue& args, bool first_stage);
 
 // A step count as torch's optimizers save it: a tensor (torch's Adam), an int or a float.
 int64_t step_value(const PyValue& v);
@@ -206,8 +210,12 @@ void save_megatron_checkpoint(const std::string& dir, Gpt2& model, int64_t itera
 // the layers of its pipeline stage, and the run's counters for `args`.
 struct MegatronPart {
   Gpt2Config config;
-  int64_t tp = 1, pp = 1, tp_rank = 0, pp_rank = 0;
+  int64_t tp = 1, pp = 1, tp_rank = 0, pp_rank = 0, dp = 1;
   int64_t iteration = 0, consumed_train = 0, consumed_valid = 0;
+  // The run's --overlap-grad-reduce and --ddp-bucket-size (0: not given): its args say them, and
+  // they decide distrib_optim.pt's buckets (megatron_bucket_size).
+  bool overlap_grad_reduce = false;
+  int64_t ddp_bucket_size = 0;
 };
 
 // A part's state dict under megatron-core's names (layers numbered from 0 on

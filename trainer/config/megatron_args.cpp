@@ -144,6 +144,12 @@ std::map<std::string, Spec> specs() {
   str("--deepspeed-config", &TrainArgs::deepspeed_config, "same as --deepspeed_config");
   flag("--use-distributed-optimizer", &TrainArgs::use_distributed_optimizer,
        "Megatron's sharded optimizer: ZeRO stage 1 (or the higher stage --zero-stage or the DeepSpeed JSON gives)");
+  flag("--overlap-grad-reduce", &TrainArgs::overlap_grad_reduce,
+       "Megatron's overlap of the gradient reduction with backward, which zerolm always does (per bucket); with "
+       "--use-distributed-optimizer --ckpt-format torch, distrib_optim.pt gets Megatron-LM's buckets for this flag");
+  i64("--ddp-bucket-size", &TrainArgs::ddp_bucket_size,
+      "Megatron's gradient bucket size in numbers (with --overlap-grad-reduce; default max(4e7, 1e6 x data-parallel size)): "
+      "zerolm's buckets are one per transformer block; this sets distrib_optim.pt's, as Megatron-LM lays them out");
   i64("--nproc-per-node", &TrainArgs::nproc_per_node, "zerolm: start this many local ranks (like torchrun / deepspeed)");
   i64("--nnodes", &TrainArgs::nnodes, "with --nproc-per-node: number of nodes");
   i64("--node-rank", &TrainArgs::node_rank, "with --nproc-per-node: this node's index");

@@ -92,6 +92,10 @@ struct TrainArgs {
   // ZeRO (issue: Megatron-DeepSpeed's --zero-stage / --cpu-optimizer, or DeepSpeed's JSON)
   int64_t zero_stage = 0;
   bool use_distributed_optimizer = false;  // Megatron's name for ZeRO-1 (at least)
+  // Megatron's gradient-reduction overlap and bucket size (numbers; 0: Megatron's default). zerolm
+  // always reduces per bucket during backward; these shape distrib_optim.pt's buckets as Megatron-LM's.
+  bool overlap_grad_reduce = false;
+  int64_t ddp_bucket_size = 0;
   bool cpu_offload = false;     // fp32 master weights and Adam moments in CPU memory
   bool offload_params = false;  // stage 3: parameter shards in CPU memory too
   bool delayed_param_update = false;       // with cpu_offload: DPU (trainer/zero/engine.h)
