@@ -176,7 +176,7 @@ def megatron_lm_restores_rng(sd, tp, pp):
     return differ
 
 
-def load_ours(rank, mode, dist, saved, out, tp, pp, bucket):
+def load_ours(rank, mode, dist, saved, out, tp, pp, bucket, hidden):
     """megatron-core's optimizer of `mode` (`dist`: its distributed optimizer; `bucket`: its bucket size
     with --overlap-grad-reduce, or None), on its part of a TP x PP model, loading pretrain_gpt's
     checkpoint of that part as Megatron-LM does (and, on one part in fp32, continuing it)."""
@@ -194,7 +194,7 @@ def load_ours(rank, mode, dist, saved, out, tp, pp, bucket):
     total = (N + K) * GLOBAL
     schedule = {"init_lr": 0.0, "max_lr": LR, "min_lr": LR / 10, "lr_warmup_steps": WARMUP_FRACTION * total, "lr_decay_steps": total,
                 "lr_decay_style": "cosine"}
-    model, opt, sched = mco.build(mode, dist, L, H, HEADS, SEQ, sd["args"].padded_vocab_size, seed=7, lr=LR, iterations=N + K,
+    model, opt, sched = mco.build(mode, dist, L, hidden, HEADS, SEQ, sd["args"].padded_vocab_size, seed=7, lr=LR, iterations=N + K,
                                   samples_per_iteration=GLOBAL, schedule=schedule, tp=tp, pp=pp, bucket=bucket)
     core = model.module.module if hasattr(model.module, "module") else model.module
     core.load_state_dict(sd["model"], strict=True)
@@ -227,24 +227,36 @@ def megatron_loads_ours():
     optimizer on that part (one part, and TP 2 x PP 2 on four Gloo processes), and on one part in
     fp32 continued."""
     ok = True
-    # (precision, TP, PP, pretrain_gpt's DP, --use-distributed-optimizer, --overlap-grad-reduce's --ddp-bucket-size or None);
-    # megatron-core loads each part at DP 1. With a bucket size the first stage's buffer has several buckets (the others one,
-    # as Megatron-LM makes them), whose tails distrib_optim.pt leaves out
-    for mode, tp, pp, dp, dist, bucket in [("fp32", 1, 1, 1, False, None), ("bf16", 1, 1, 1, False, None), ("fp16", 1, 1, 1, False, None),
-                                           ("fp32", 2, 2, 1, False, None), ("fp16", 2, 2, 1, False, None), ("fp32", 1, 1, 2, True, None),
-                                           ("fp16", 1, 1, 1, True, None), ("bf16", 2, 2, 1, True, None), ("fp32", 1, 1, 1, True, 20000),
-                                           ("bf16", 2, 2, 1, True, 9000)]:
+    # (precision, TP, PP, pretrain_gpt's DP, --use-distributed-optimizer, --overlap-grad-reduce's --ddp-bucket-size or None,
+    # hidden size); megatron-core loads each part at DP 1. With a bucket size the first stage's buffer has several buckets
+    # (the others one, as Megatron-LM makes them), whose tails distrib_optim.pt leaves out; at hidden 40 those tails move the
+    # parameters after them (at 64 every size is a multiple of 64, and buckets would leave the file as one bucket does)
+    for mode, tp, pp, dp, dist, bucket, hidden in [
+            ("fp32", 1, 1, 1, False, None, H), ("bf16", 1, 1, 1, False, None, H), ("fp16", 1, 1, 1, False, None, H),
+            ("fp32", 2, 2, 1, False, None, H), ("fp16", 2, 2, 1, False, None, H), ("fp32", 1, 1, 2, True, None, H),
+            ("fp16", 1, 1, 1, True, None, H), ("bf16", 2, 2, 1, True, None, H), ("fp32", 1, 1, 1, True, 20000, 40),
+            ("bf16", 2, 2, 1, True, 9000, 40)]:
         layout = (f"{mode}, TP {tp} x PP {pp}" + (f" x DP {dp}" if dp > 1 else "") + (", distributed optimizer" if dist else "")
                   + (f", buckets of {bucket}" if bucket else ""))
-        name = f"{mode}_tp{tp}pp{pp}dp{dp}" + ("_dist" if dist else "") + (f"_buckets{bucket}" if bucket else "")
+        name = f"{mode}_tp{tp}pp{pp}dp{dp}" + ("_dist" if dist else "") + (f"_buckets{bucket}" if bucket else "") + (
+            f"_hidden{hidden}" if hidden != H else "")
         saved = os.path.join(WORK, f"ours_{name}")
         flags = ([] if mode == "fp32" else ["--" + mode]) + (["--use-distributed-optimizer"] if dist else []) + ([] if tp * pp * dp == 1 else [
-            "--nproc-per-node", str(tp * pp * dp), "--tensor-model-parallel-size", str(tp), "--pipeline-model-parallel-size", str(pp)]) + (
-            ["--overlap-grad-reduce", "--ddp-bucket-size", str(bucket)] if bucket else [])
-        RUN.pretrain(saved, "--ckpt-format", "torch", "--save-interval", str(N), *flags,
-                     schedule=("--lr-decay-style", "cosine", "--lr-warmup-fraction", str(WARMUP_FRACTION), "--min-lr", str(LR / 10)))
+            "--nproc-per-node", str(tp * pp * dp), "--tensor-model-parallel-size", str(tp), "--pipeline-model-parallel-size", str(pp)]) + [
+            "--hidden-size", str(hidden)]
+        buckets = ["--overlap-grad-reduce", "--ddp-bucket-size", str(bucket)] if bucket else []
+        schedule = ("--lr-decay-style", "cosine", "--lr-warmup-fraction", str(WARMUP_FRACTION), "--min-lr", str(LR / 10))
+        RUN.pretrain(saved, "--ckpt-format", "torch", "--save-interval", str(N), *flags, *buckets, schedule=schedule)
         out = fresh_dir(os.path.join(WORK, f"megatron_loads_{name}"))
-        mp.spawn(load_ours, args=(mode, dist, saved, out, tp, pp, bucket), nprocs=tp * pp, join=True)
+        if bucket:  # the buckets must change the file, else this case could not tell them from one bucket
+            one = os.path.join(WORK, f"ours_{name}_one_bucket")
+            RUN.pretrain(one, "--ckpt-format", "torch", "--save-interval", str(N), *flags, schedule=schedule)
+            part = "mp_rank_00" + ("_000" if pp > 1 else "")
+            numel = [next(v["numel_unpadded"] for k, v in torch.load(os.path.join(d, f"iter_{N:07d}", part, "distrib_optim.pt"))[0].items())
+                     for d in (saved, one)]
+            ok &= check(numel[0] != numel[1], f"{layout}: distrib_optim.pt of {part} holds {numel[0]} numbers in its buckets, "
+                        f"{numel[1]} as one bucket")
+        mp.spawn(load_ours, args=(mode, dist, saved, out, tp, pp, bucket, hidden), nprocs=tp * pp, join=True)
         with open(os.path.join(saved, "metrics.jsonl")) as f:
             our_lr = next(rec["lr"] for rec in map(json.loads, f) if rec.get("iteration") == N and "split" not in rec)
         for rank in range(tp * pp):

@@ -198,7 +198,8 @@ void Rules::distribution() {
   require(a_.device == "auto" || a_.device == "cpu" || a_.device == "cuda", "--device", "must be auto, cpu or cuda");
   require(a_.nproc_per_node >= 0, "--nproc-per-node", "must not be negative");
   require(a_.nnodes >= 1, "--nnodes", "must be at least 1");
-  require(a_.ddp_bucket_size >= 0, "--ddp-bucket-size", "must not be negative (a number of gradient elements)");
+  require(a_.ddp_bucket_size >= (o_.given("--ddp-bucket-size") ? 1 : 0), "--ddp-bucket-size",
+          "must be at least 1 (gradient elements per bucket; leave it out for Megatron's default)");
   require(a_.node_rank >= 0 && a_.node_rank < a_.nnodes, "--node-rank", strprintf("must be in [0, --nnodes %ld)", (long)a_.nnodes));
   require(a_.master_port >= 0 && a_.master_port < 65536, "--master-port", "must be a port number");
   require(a_.distributed_timeout_minutes > 0, "--distributed-timeout-minutes", "must be positive");
