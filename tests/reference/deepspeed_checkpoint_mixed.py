@@ -37,11 +37,10 @@ compared with pretrain_gpt's; the state it loads is.
 """
 import os
 import shutil
-import subprocess
 import sys
 
 from reference_env import check, fresh_dir
-from deepspeed_run import GLOBAL, H, HEADS, L, LR, MICRO, SEQ, TOKENS, VOCAB, Run, adamw_groups, end_worker, megatron_args, start_worker
+from deepspeed_run import GLOBAL, H, HEADS, L, LR, MICRO, SEQ, TOKENS, VOCAB, Run, adamw_groups, end_worker, megatron_args, start_worker, worst
 import numpy as np
 import torch
 import torch.multiprocessing as mp
@@ -54,6 +53,7 @@ from megatron_samples import sample_reader
 BIN, DATA_DIR, WORK = sys.argv[1:4]
 N, K = 2, 3
 RUN = Run(BIN, DATA_DIR, WORK, iters=N + K)
+CONTINUED = range(N + 1, N + K + 1)
 TOLERANCE = 1e-5
 MIXED_TOLERANCE = 1e-4
 # (name, precision, ranks, ZeRO stage, DeepSpeed's optimizer wrapper)
@@ -181,13 +181,6 @@ def continue_fp32(state):
     return losses
 
 
-def logits_of(dir_):
-    out = os.path.join(WORK, "logits.txt")
-    subprocess.run([os.path.join(BIN, "convert_gpt"), "--load", dir_, "--dump-logits", out, "--tokens", " ".join(str(int(x)) for x in TOKENS[0]),
-                    "-q"], check=True)
-    return torch.tensor(np.loadtxt(out, dtype=np.float64), dtype=torch.float32)
-
-
 def logits_of_weights(weights):
     model = megatron_cpu.gpt(L, H, HEADS, SEQ, VOCAB, seed=5)
     with torch.no_grad():
@@ -195,10 +188,6 @@ def logits_of_weights(weights):
             p.copy_(weights[name])
         return model(TOKENS, positions(TOKENS.shape[1]), causal_mask(TOKENS.shape[1]))[0].float()
 
-
-
-def worst(ours, theirs):
-    return max(abs(ours[it] - theirs[it]) / abs(theirs[it]) for it in range(N + 1, N + K + 1))
 
 
 def same_state(a, b, names):
@@ -218,13 +207,13 @@ def reads():
     for name, precision, world, stage, _ in READS:
         ckpt = os.path.join(WORK, f"reads{world}", name)
         state = torch.load(ckpt + ".state.pt")
-        diff = (logits_of(ckpt) - logits_of_weights(state["weights"])).abs().max().item()
+        diff = (RUN.logits(ckpt) - logits_of_weights(state["weights"])).abs().max().item()
         ok &= check(diff <= TOLERANCE, f"read {name} ({state['optimizer']}, {world} rank(s)): convert_gpt --load gives the logits of the "
                     f"engine's fp32 master weights within {diff:.1e}")
         resumed = os.path.join(WORK, "resumed_" + name)
         log = RUN.pretrain(resumed, "--load", ckpt)
         ours, theirs = Run.losses(resumed), continue_fp32(state)
-        diff = worst(ours, theirs) if sorted(ours) == sorted(theirs) else float("inf")
+        diff = worst(ours, theirs, CONTINUED) if sorted(ours) == sorted(theirs) else float("inf")
         ok &= check("Adam's moments and step" in log and diff <= TOLERANCE,
                     f"read {name}: pretrain_gpt --load continues with the losses of the engine's state (step {state['step']}) continued "
                     f"in fp32 by torch within {diff:.1e}")
@@ -269,7 +258,7 @@ def writes():
             sd = get_fp32_state_dict_from_zero_checkpoint(os.path.join(WORK, name), tag=f"global_step{N}")
             same = set(sd) == set(names) and all(torch.equal(sd[n].float(), want["weights"][n].float()) for n in names)
             ok &= check(same, f"write {name}: zero_to_fp32 reads pretrain_gpt's master weights {'exactly' if same else 'otherwise'}")
-        diff = worst(ds["losses"], our_losses)
+        diff = worst(ds["losses"], our_losses, CONTINUED)
         if (precision, stage) == ("fp16", 0):  # see FP16_ZERO0 above
             print(f"skip write {name}: the engine's own fp16 losses without ZeRO are not compared ({diff:.1e} from pretrain_gpt's)")
         else:
@@ -282,7 +271,7 @@ def writes():
         os.remove(os.path.join(copy, "latest_checkpointed_iteration.txt"))
         resumed = os.path.join(WORK, "resumed_" + name)
         RUN.pretrain(resumed, *precision_flags(precision), "--load", copy, "--nproc-per-node", str(world), "--zero-stage", str(stage))
-        diff = worst(Run.losses(resumed), our_losses)
+        diff = worst(Run.losses(resumed), our_losses, CONTINUED)
         ok &= check(diff <= TOLERANCE, f"write {name}: pretrain_gpt --load of it continues with its own losses within {diff:.1e}")
     return ok
 

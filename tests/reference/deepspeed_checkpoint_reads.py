@@ -32,8 +32,8 @@ import subprocess
 import sys
 
 from reference_env import fresh_dir
-from deepspeed_run import GLOBAL, H, HEADS, L, MICRO, SEQ, TOKENS, VOCAB, Run, adamw_groups, end_worker, gpt_pipe, megatron_args, pipe_batches, start_worker
-import numpy as np
+from deepspeed_run import (GLOBAL, H, HEADS, L, MICRO, SEQ, TOKENS, VOCAB, Run, adamw_groups, core_name, end_worker, gpt_pipe, megatron_args,
+                           pipe_batches, start_worker)
 import torch
 import torch.multiprocessing as mp
 import torch.nn.functional as F
@@ -83,20 +83,9 @@ def pipe_worker(rank, stages, out):
     deepspeed.init_distributed(dist_backend="gloo")
     pipe = gpt_pipe(stages)
     core = megatron_cpu.gpt(L, H, HEADS, SEQ, VOCAB, seed=5).state_dict()
-    theirs = {"input_layernorm": "input_layernorm", "self_attention.query_key_value": "self_attention.linear_qkv",
-              "self_attention.dense": "self_attention.linear_proj", "post_attention_layernorm": "pre_mlp_layernorm",
-              "mlp.dense_h_to_4h": "mlp.linear_fc1", "mlp.dense_4h_to_h": "mlp.linear_fc2"}
     with torch.no_grad():
         for name, p in pipe.named_parameters():
-            head, rest = name.split(".", 1)
-            if head == "tied_modules":
-                src = "embedding." + rest.split(".", 1)[1]
-            elif int(head) == 2 + L:
-                src = "decoder.final_layernorm." + rest
-            else:
-                sub, part = rest.rsplit(".", 1)
-                src = f"decoder.layers.{int(head) - 2}.{theirs[sub]}.{part}"
-            p.copy_(core[src])
+            p.copy_(core[core_name(name)])
     opt = adamw_groups(pipe)
     cfg = {"train_micro_batch_size_per_gpu": MICRO, "gradient_accumulation_steps": GLOBAL // MICRO, "zero_optimization": {"stage": 1},
            "gradient_clipping": 0.0, "steps_per_print": 10 ** 9}
@@ -123,13 +112,6 @@ def pipe_worker(rank, stages, out):
     end_worker()
 
 
-def logits_of(dir_):
-    out = os.path.join(WORK, "logits.txt")
-    subprocess.run([os.path.join(BIN, "convert_gpt"), "--load", dir_, "--dump-logits", out, "--tokens",
-                    " ".join(str(int(x)) for x in TOKENS[0]), "-q"], check=True)
-    return torch.tensor(np.loadtxt(out, dtype=np.float64), dtype=torch.float32)
-
-
 def main():
     fresh_dir(WORK)
     RUN.pretrain(os.path.join(WORK, "index_run"))  # caches the sample index of N + K iterations, which DeepSpeed trains on
@@ -144,7 +126,7 @@ def main():
         name = f"w{world}_z{stage}" if not str(world).startswith("pipe") else f"{world}_z1"
         ckpt = os.path.join(WORK, f"ds{world}", name)
         want = torch.load(ckpt + ".logits.pt")
-        diff = (logits_of(ckpt) - want).abs().max().item()
+        diff = (RUN.logits(ckpt) - want).abs().max().item()
         good = diff <= 1e-5
         ok &= good
         print(f"{'ok  ' if good else 'FAIL'} {name}: convert_gpt --load of DeepSpeed's checkpoint: logits within {diff:.1e} of the engine's")
@@ -176,7 +158,7 @@ def main():
             back = get_fp32_state_dict_from_zero_checkpoint(exported)
             assert set(theirs) == set(back), set(theirs) ^ set(back)
             same = all(torch.equal(theirs[k].contiguous(), back[k].contiguous()) for k in theirs)
-            diff = (logits_of(exported) - want).abs().max().item()
+            diff = (RUN.logits(exported) - want).abs().max().item()
             good = same and diff <= 1e-5
             ok &= good
             print(f"{'ok  ' if good else 'FAIL'} {name}: zero_to_fp32 of convert_gpt --export-deepspeed (ZeRO {stage}, {ranks} ranks) "
@@ -191,7 +173,7 @@ def main():
     for f in os.listdir(os.path.join(layers_only, tag)):
         if f.endswith("optim_states.pt"):
             os.remove(os.path.join(layers_only, tag, f))
-    diff = (logits_of(layers_only) - torch.load(os.path.join(WORK, "dspipe1", "pipe1_z1.logits.pt"))).abs().max().item()
+    diff = (RUN.logits(layers_only) - torch.load(os.path.join(WORK, "dspipe1", "pipe1_z1.logits.pt"))).abs().max().item()
     good = diff <= 1e-5
     ok &= good
     print(f"{'ok  ' if good else 'FAIL'} pipe1_z1 without its optim_states files: the layer files' weights, logits within {diff:.1e}")

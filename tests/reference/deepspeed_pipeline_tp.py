@@ -46,8 +46,8 @@ import sys
 import zlib
 
 from reference_env import check, fresh_dir
-from deepspeed_run import GLOBAL, H, L, MICRO, TOKENS, Run, adamw_groups, end_worker, gpt_pipe, megatron_args, pipe_batches, start_worker
-import numpy as np
+from deepspeed_run import (GLOBAL, H, L, MICRO, TOKENS, Run, adamw_groups, core_name, ds_to_universal, end_worker, gpt_pipe, megatron_args,
+                           pipe_batches, start_worker, worst)
 import torch
 import torch.multiprocessing as mp
 from megatron_samples import sample_reader
@@ -59,6 +59,7 @@ RUN = Run(BIN, DATA_DIR, WORK, iters=N + K)
 TOLERANCE = 1e-5
 MIXED_TOLERANCE = 1e-4  # two bf16 implementations (deepspeed_checkpoint_mixed.py's bound)
 TAG = f"global_step{N}"
+CONTINUED = range(N + 1, N + K + 1)
 LAYOUT = ("--nproc-per-node", str(WORLD), "--tensor-model-parallel-size", str(TP), "--pipeline-model-parallel-size", str(PP))
 
 
@@ -166,23 +167,12 @@ def ours_ckpt(zero):
     return os.path.join(WORK, f"ours_tp{TP}_pp{PP}_z{zero}")
 
 
-def worst(ours, theirs):
-    return max(abs(ours[it] - theirs[it]) / abs(theirs[it]) for it in range(N + 1, N + K + 1))
-
-
-def logits_of(dir_):
-    out = os.path.join(WORK, "logits.txt")
-    subprocess.run([os.path.join(BIN, "convert_gpt"), "--load", dir_, "--dump-logits", out, "--tokens",
-                    " ".join(str(int(x)) for x in TOKENS[0]), "-q"], check=True)
-    return torch.tensor(np.loadtxt(out, dtype=np.float64), dtype=torch.float32)
-
-
 def reads(zero):
     out = fresh_dir(os.path.join(WORK, f"ds_reads_z{zero}"))
     mp.spawn(reads_worker, args=(zero, out, {}), nprocs=WORLD, join=True)
     ckpt = os.path.join(out, "ckpt")
     files = sorted(os.listdir(os.path.join(ckpt, TAG)))
-    diff = (logits_of(ckpt) - torch.load(ckpt + ".logits.pt")).abs().max().item()
+    diff = (RUN.logits(ckpt) - torch.load(ckpt + ".logits.pt")).abs().max().item()
     ok = check(diff <= TOLERANCE, f"z{zero}: convert_gpt --load of the engine's TP {TP} x PP {PP} checkpoint ({', '.join(files)}): logits "
                f"within {diff:.1e} of the engine's")
     with open(ckpt + ".losses.json") as f:
@@ -190,7 +180,7 @@ def reads(zero):
     resumed = os.path.join(WORK, f"resumed_z{zero}")
     log = RUN.pretrain(resumed, "--load", ckpt, "--zero-stage", str(zero))
     ours = Run.losses(resumed)
-    diff = worst(ours, theirs)
+    diff = worst(ours, theirs, CONTINUED)
     return ok & check("DeepSpeed checkpoint" in log and "Adam's moments and step" in log and sorted(ours) == list(range(N + 1, N + K + 1))
                       and diff <= TOLERANCE, f"z{zero}: pretrain_gpt --load of it on one process continues iterations {N + 1}-{N + K} with "
                       f"the engine's losses within {diff:.1e} (relative), Adam's moments read")
@@ -201,36 +191,18 @@ def writes(zero):
     ours = Run.losses(ours_ckpt(zero))
     files = sorted(os.listdir(os.path.join(ours_ckpt(zero), TAG)))
     ds = continued(ours_ckpt(zero), f"ds_writes_z{zero}", zero)
-    diff = worst(ds["losses"], ours)
+    diff = worst(ds["losses"], ours, CONTINUED)
     return check(ds["loaded"] and ds["iteration"] == N and ds["global_steps"] == N and diff <= TOLERANCE,
                  f"z{zero}: the engine at TP {TP} x PP {PP} loads pretrain_gpt's {', '.join(files)} and continues iterations {N + 1}-{N + K} "
                  f"with pretrain_gpt's losses within {diff:.1e} (relative)")
-
-
-# The pipeline module's names of a layer's parameters -> megatron-core's.
-CORE_NAMES = {"input_layernorm": "input_layernorm", "self_attention.query_key_value": "self_attention.linear_qkv",
-              "self_attention.dense": "self_attention.linear_proj", "post_attention_layernorm": "pre_mlp_layernorm",
-              "mlp.dense_h_to_4h": "mlp.linear_fc1", "mlp.dense_4h_to_h": "mlp.linear_fc2"}
-
-
-def core_name(pipe_name):
-    head, rest = pipe_name.split(".", 1)
-    if head == "tied_modules":
-        return "embedding." + rest.split(".", 1)[1]
-    if int(head) == 2 + L:
-        return "decoder.final_layernorm." + rest
-    sub, kind = rest.rsplit(".", 1)
-    return f"decoder.layers.{int(head) - 2}.{CORE_NAMES[sub]}.{kind}"
 
 
 def converted_equals_ours(src, name, what):
     """DeepSpeed's ds_to_universal (strict, as it runs by default) of src's TAG into WORK/name: whether it converts, and
     whether its merged fp32 weights of every parameter equal convert_gpt's reading of the same files exactly."""
     dst, merged, at_n = (os.path.join(WORK, name + x) for x in ("", "_merged", "_at_n"))
-    r = subprocess.run([sys.executable, "-m", "deepspeed.checkpoint.ds_to_universal", "--input_folder", os.path.join(src, TAG), "--output_folder",
-                        os.path.join(dst, TAG), "--num_extract_workers", "1", "--num_merge_workers", "1"],
-                       capture_output=True, text=True, env=dict(os.environ, DS_ACCELERATOR="cpu", OMP_NUM_THREADS="1"))
-    if not check(r.returncode == 0, f"{name}: ds_to_universal converts {what}" + ("" if r.returncode == 0 else ":\n" + (r.stderr + r.stdout)[-1500:])):
+    rc, log = ds_to_universal(src, dst, TAG)
+    if not check(rc == 0, f"{name}: ds_to_universal converts {what}" + ("" if rc == 0 else ":\n" + log)):
         return False
     with open(os.path.join(dst, "latest"), "w") as f:
         f.write(TAG)
@@ -255,7 +227,7 @@ def universal():
     if not converted_equals_ours(ours_ckpt(1), "universal", f"pretrain_gpt's TP {TP} x PP {PP} checkpoint"):
         return False
     ds = continued(os.path.join(WORK, "universal"), "ds_universal", 1, {"checkpoint": {"load_universal": True}})
-    diff = worst(ds["losses"], Run.losses(ours_ckpt(1)))
+    diff = worst(ds["losses"], Run.losses(ours_ckpt(1)), CONTINUED)
     return check(ds["loaded"] and ds["iteration"] == N and diff <= TOLERANCE, f"universal: the engine at TP {TP} x PP {PP} loads it and "
                  f"continues iterations {N + 1}-{N + K} with pretrain_gpt's losses within {diff:.1e} (relative)")
 
@@ -309,7 +281,7 @@ def mixed(precision):
     ok &= check(ds["loaded"] and count == 8 * len(files) and not bad, f"{precision}: the {precision} engine loads pretrain_gpt --{precision}'s "
                 f"{', '.join(files)} and saves them again alike ({count} tensors: each file's fp32 partitions, moments and steps of its two groups"
                 f"{'; differ: ' + ', '.join(bad[:5]) if bad else ''})")
-    diff = worst(ds["losses"], Run.losses(ours))
+    diff = worst(ds["losses"], Run.losses(ours), CONTINUED)
     return ok & check(diff <= MIXED_TOLERANCE, f"{precision}: it continues iterations {N + 1}-{N + K} within {diff:.1e} (relative) of "
                       f"pretrain_gpt --{precision}'s losses")
 

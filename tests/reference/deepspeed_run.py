@@ -8,6 +8,10 @@ and the losses pretrain_gpt logged.
   run.pretrain(save_dir, "--load", ckpt)        # stderr; asserts success
   loss = run.iteration(engine, sample, it, rank, world)
   run.losses(save_dir)                          # {iteration: lm loss}
+  run.logits(ckpt)                              # convert_gpt --dump-logits of TOKENS
+  worst(ours, theirs, range(N + 1, N + K + 1))  # the largest relative difference of two runs' losses
+  ds_to_universal(src, dst, tag)                # DeepSpeed's converter as its users run it
+  core_name("3.mlp.dense_h_to_4h.weight")       # a GPTModelPipe parameter's megatron-core name
   start_worker(out, rank, world) ... end_worker()  # a DeepSpeed rank spawned by torch.multiprocessing
 """
 import argparse
@@ -53,6 +57,13 @@ class Run:
         assert r.returncode == 0, r.stderr[-3000:]
         return r.stderr
 
+    def logits(self, ckpt):
+        """convert_gpt --load ckpt --dump-logits of TOKENS: (tokens, vocabulary), fp32."""
+        out = os.path.join(self.work, "logits.txt")
+        subprocess.run([os.path.join(self.bin, "convert_gpt"), "--load", ckpt, "--dump-logits", out, "--tokens",
+                        " ".join(str(int(x)) for x in TOKENS[0]), "-q"], check=True)
+        return torch.tensor(np.loadtxt(out, dtype=np.float64), dtype=torch.float32)
+
     @staticmethod
     def losses(save):
         """The training losses pretrain_gpt logged in save/metrics.jsonl, by iteration."""
@@ -87,6 +98,38 @@ class Run:
             total += loss.detach()
         torch.distributed.all_reduce(total)
         return total.item() / (steps * world)
+
+
+def worst(ours, theirs, iterations):
+    """The largest difference of two runs' losses over `iterations`, relative to theirs."""
+    return max(abs(ours[it] - theirs[it]) / abs(theirs[it]) for it in iterations)
+
+
+def ds_to_universal(src, dst, tag):
+    """DeepSpeed's universal-checkpoint converter on src/tag into dst/tag, as its users run it (strict); returns
+    (its exit status, the tail of its output)."""
+    r = subprocess.run([sys.executable, "-m", "deepspeed.checkpoint.ds_to_universal", "--input_folder", os.path.join(src, tag), "--output_folder",
+                        os.path.join(dst, tag), "--num_extract_workers", "1", "--num_merge_workers", "1"],
+                       capture_output=True, text=True, env=dict(os.environ, DS_ACCELERATOR="cpu", OMP_NUM_THREADS="1"))
+    return r.returncode, (r.stderr + r.stdout)[-1500:]
+
+
+# A GPTModelPipe layer's parameter names (the legacy ones) -> megatron-core's.
+CORE_NAMES = {"input_layernorm": "input_layernorm", "self_attention.query_key_value": "self_attention.linear_qkv",
+              "self_attention.dense": "self_attention.linear_proj", "post_attention_layernorm": "pre_mlp_layernorm",
+              "mlp.dense_h_to_4h": "mlp.linear_fc1", "mlp.dense_4h_to_h": "mlp.linear_fc2"}
+
+
+def core_name(pipe_name):
+    """megatron-core's name of a gpt_pipe parameter ("tied_modules.embed.word_embeddings.weight", "3.mlp.dense_h_to_4h.weight",
+    "{2 + L}.weight")."""
+    head, rest = pipe_name.split(".", 1)
+    if head == "tied_modules":
+        return "embedding." + rest.split(".", 1)[1]
+    if int(head) == 2 + L:
+        return "decoder.final_layernorm." + rest
+    sub, kind = rest.rsplit(".", 1)
+    return f"decoder.layers.{int(head) - 2}.{CORE_NAMES[sub]}.{kind}"
 
 
 def megatron_args(iteration, pp=1, tp=1):

@@ -35,7 +35,7 @@ import subprocess
 import sys
 
 from reference_env import check, fresh_dir
-from deepspeed_run import GLOBAL, Run, continue_run, cosine_engine, end_worker, spawn_engines, start_worker
+from deepspeed_run import GLOBAL, Run, continue_run, cosine_engine, ds_to_universal, end_worker, spawn_engines, start_worker
 import torch
 from megatron_samples import sample_reader
 
@@ -46,14 +46,6 @@ SCHEDULE = ("--lr-decay-style", "cosine", "--lr-warmup-iters", str(WARMUP), "--m
 CASES = [(1, 1), (2, 1), (2, 2), (1, 3), (2, 3)]
 TOLERANCE = 1e-5
 TAG = f"global_step{N}"
-
-
-def convert(src, dst):
-    """ds_to_universal of src/TAG into dst/TAG, as its users run it (strict); returns its stderr tail."""
-    r = subprocess.run([sys.executable, "-m", "deepspeed.checkpoint.ds_to_universal", "--input_folder", os.path.join(src, TAG), "--output_folder",
-                        os.path.join(dst, TAG), "--num_extract_workers", "1", "--num_merge_workers", "1"],
-                       capture_output=True, text=True, env=dict(os.environ, DS_ACCELERATOR="cpu", OMP_NUM_THREADS="1"))
-    return r.returncode, (r.stderr + r.stdout)[-1500:]
 
 
 def converted(dst, name, state, shape):
@@ -115,7 +107,7 @@ def conversions(cases=CASES, precision=None):
         sd = torch.load(os.path.join(t, f"iter_{N:07d}", "mp_rank_00", "model_optim_rng.pt"), weights_only=False)
         weights = {k: v.float() for k, v in sd["model"].items() if torch.is_tensor(v)}
         want = {"fp32": weights, **{s: {k: sd["zerolm_optimizer"][s][k] for k in weights} for s in ("exp_avg", "exp_avg_sq")}}
-        rc, log = convert(d, u)
+        rc, log = ds_to_universal(d, u, TAG)
         if not check(rc == 0, f"{name}: ds_to_universal converts it" + ("" if rc == 0 else f":\n{log}")):
             ok = False
             continue
@@ -131,7 +123,7 @@ def tensor_parallel(ours):
     d, u, m = (os.path.join(WORK, x) for x in ("ours_tp2", "univ_tp2", "merged_tp2"))
     RUN.pretrain(d, "--nproc-per-node", "2", "--tensor-model-parallel-size", "2", "--zero-stage", "1", "--exit-interval", str(N),
                  "--ckpt-format", "deepspeed", schedule=SCHEDULE)  # saved at N, which `latest` names
-    rc, log = convert(d, u)
+    rc, log = ds_to_universal(d, u, TAG)
     if not check(rc == 0, "tp2: ds_to_universal converts a TP 2 checkpoint" + ("" if rc == 0 else f":\n{log}")):
         return False
     r = subprocess.run([os.path.join(BIN, "convert_gpt"), "--load", d, "--vocab-file", RUN.vocab_file, "--export-megatron", m, "-q"],
