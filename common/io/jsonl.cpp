@@ -77,6 +77,7 @@ struct JsonFieldExtractor::Impl {
   simdjson::dom::parser parser;
   std::vector<simdjson::dom::element> found;
   std::vector<bool> found_any;
+  std::vector<std::string_view> views;
 };
 
 JsonFieldExtractor::JsonFieldExtractor() : impl_(std::make_unique<Impl>()) {}
@@ -84,6 +85,15 @@ JsonFieldExtractor::~JsonFieldExtractor() = default;
 
 RecordStatus JsonFieldExtractor::extract(std::string_view line, size_t capacity, const std::vector<std::string>& keys,
                                          std::vector<std::string>& values, std::string* detail) {
+  const RecordStatus status = extract_views(line, capacity, keys, impl_->views, detail);
+  values.resize(keys.size());
+  if (status == RecordStatus::Ok)
+    for (size_t k = 0; k < keys.size(); ++k) values[k].assign(impl_->views[k]);
+  return status;
+}
+
+RecordStatus JsonFieldExtractor::extract_views(std::string_view line, size_t capacity, const std::vector<std::string>& keys,
+                                               std::vector<std::string_view>& values, std::string* detail) {
   values.resize(keys.size());
   if (capacity < line.size() + simdjson::SIMDJSON_PADDING) {
     throw Error(ErrorKind::Internal, "JsonFieldExtractor: line without padding");
@@ -126,12 +136,13 @@ RecordStatus JsonFieldExtractor::extract(std::string_view line, size_t capacity,
       *detail = "value of key '" + keys[k] + "' is not a string";
       return RecordStatus::NotAString;
     }
+    // simdjson's SIMD check first (the common case: valid); the scalar one finds the offset.
     size_t bad = 0;
-    if (!utf8_valid(s, &bad)) {
+    if (!simdjson::validate_utf8(s.data(), s.size()) && !utf8_valid(s, &bad)) {
       *detail = strprintf("value of key '%s' holds a lone surrogate or invalid UTF-8 at byte %zu", keys[k].c_str(), bad);
       return RecordStatus::BadEscape;
     }
-    values[k].assign(s.data(), s.size());
+    values[k] = s;
   }
   return RecordStatus::Ok;
 }

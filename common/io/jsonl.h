@@ -86,6 +86,10 @@ class JsonFieldExtractor {
   // Allocation: amortised zero (buffers are reused). O(line length).
   RecordStatus extract(std::string_view line, size_t capacity, const std::vector<std::string>& keys,
                        std::vector<std::string>& values, std::string* detail);
+  // As extract, without the copy: the views point into this extractor's
+  // buffer and stay valid until its next call.
+  RecordStatus extract_views(std::string_view line, size_t capacity, const std::vector<std::string>& keys,
+                             std::vector<std::string_view>& values, std::string* detail);
 
  private:
   struct Impl;

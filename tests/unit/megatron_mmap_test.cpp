@@ -193,6 +193,15 @@ TEST(MegatronWriter, IdOutsideDtypeIsAnError) {
   MegatronWriter w(dir.path("x"), DType::UInt16);
   std::vector<int32_t> toks{70000};
   EXPECT_ZLM_ERROR(w.add_item(std::span<const int32_t>(toks)), ErrorKind::Format, "does not fit dtype uint16");
+  // The message names the first id out of range, below or above it, in every narrow dtype.
+  std::vector<int64_t> mixed{5, 65535, -3, 70000};
+  EXPECT_ZLM_ERROR(w.add_item(std::span<const int64_t>(mixed)), ErrorKind::Format, "token id -3 does not fit dtype uint16");
+  MegatronWriter w8(dir.path("y"), DType::Int8);
+  std::vector<int32_t> wide{-128, 127, 128, -129};
+  EXPECT_ZLM_ERROR(w8.add_item(std::span<const int32_t>(wide)), ErrorKind::Format, "token id 128 does not fit dtype int8");
+  MegatronWriter w32(dir.path("z"), DType::Int32);
+  std::vector<int64_t> big{1, int64_t{1} << 31};
+  EXPECT_ZLM_ERROR(w32.add_item(std::span<const int64_t>(big)), ErrorKind::Format, "token id 2147483648 does not fit dtype int32");
 }
 
 TEST(MegatronWriter, UnfinalizedWriterLeavesNoFiles) {

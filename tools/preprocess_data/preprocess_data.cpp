@@ -66,7 +66,7 @@ struct WorkerState {
   JsonFieldExtractor extractor;
   std::unique_ptr<TokenizerSession> tokenizer;
   std::unique_ptr<SentenceSplitter> splitter;
-  std::vector<std::string> values;
+  std::vector<std::string_view> values;  // into extractor's buffer, until its next call
   std::string detail;
   struct Mark { size_t tokens, seqs, docs; };
   std::vector<Mark> marks;
@@ -94,7 +94,7 @@ class Encoder {
     for (auto& k : out.keys) k.clear();
     for (size_t d = 0; d < batch.lines.size(); ++d) {
       const LineRef& ref = batch.lines[d];
-      RecordStatus status = st.extractor.extract(batch.line(ref), batch.capacity_after(ref), opt_.json_keys, st.values, &st.detail);
+      RecordStatus status = st.extractor.extract_views(batch.line(ref), batch.capacity_after(ref), opt_.json_keys, st.values, &st.detail);
       if (status != RecordStatus::Ok) {
         mark_bad(out, d, ref, record_status_name(status), st.detail);
         continue;
@@ -122,7 +122,7 @@ class Encoder {
     out.bad_records.push_back({ref.file_index, ref.line_number, reason, detail});
   }
   // Appends one document of one key: its sentences as sequences.
-  bool encode_text(WorkerState& st, const std::string& text, KeyOut& ko, uint64_t& sentences) {
+  bool encode_text(WorkerState& st, std::string_view text, KeyOut& ko, uint64_t& sentences) {
     size_t first_seq = ko.seq_lengths.size();
     auto add_sentence = [&](std::string_view s) {
       size_t before = ko.tokens.size();
