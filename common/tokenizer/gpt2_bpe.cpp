@@ -206,13 +206,15 @@ class ShortTokens {
     if (!std::has_single_bit(n_small) || !std::has_single_bit(n_large)) return false;
     // find() stops at an empty slot and encode_piece emits the ids: a table from a file must
     // have one, and only ids below the vocabulary's size.
+    // Without a branch per entry: this pass reads the whole table once per process.
     auto fits = [&](const auto* t, size_t n) {
-      bool empty = false;
+      bool empty = false, bad = false;
       for (size_t i = 0; i < n; ++i) {
-        if (t[i].len == 0) empty = true;
-        else if (t[i].id < 0 || t[i].id >= id_limit || t[i].len < 2 || t[i].len > kWholeTokenMax) return false;
+        const bool used = t[i].len != 0;
+        empty |= !used;
+        bad |= used & ((static_cast<uint32_t>(t[i].id) >= static_cast<uint32_t>(id_limit)) | (t[i].len - 2 > kWholeTokenMax - 2));
       }
-      return empty;
+      return empty && !bad;
     };
     if (!fits(small, n_small) || !fits(large, n_large)) return false;
     small_ = small, small_mask_ = n_small - 1, large_ = large, large_mask_ = n_large - 1;
@@ -561,7 +563,7 @@ namespace {
 
 // The format's name and version: change it with the layout below (serialize), so that a model
 // saved by another build is parsed again rather than misread.
-constexpr char kModelMagic[8] = {'Z', 'L', 'M', 'B', 'P', 'E', '0', '6'};
+constexpr char kModelMagic[8] = {'Z', 'L', 'M', 'B', 'P', 'E', '0', '7'};
 
 struct Writer {
   std::string out;
@@ -641,13 +643,12 @@ std::string model_cache_dir() {
 std::string Gpt2Bpe::Impl::serialize() const {
   Writer w;
   w.put(vocab_limit), w.put(static_cast<uint64_t>(vocab_entries)), w.put(static_cast<uint64_t>(merges)), w.put(eod);
-  w.put(static_cast<uint8_t>(well_formed)), w.put(id_mask), w.put(static_cast<uint64_t>(ids_used)), w.put(pair_mask);
+  w.put(static_cast<uint8_t>(well_formed)), w.put(pair_mask);
   w.put(byte_symbol);
   w.put_vector(symbol_bytes);
   w.put_vector(symbol_start);
   w.put(static_cast<uint64_t>(aliases.size()));
   for (const auto& [bytes, id] : aliases) w.put_bytes(bytes), w.put(id);
-  w.put_vector(id_slots);
   w.put_vector(pairs);
   w.put_vector(result_of);
   w.put_array(short_tokens.small(), short_tokens.small_size());
@@ -658,7 +659,7 @@ std::string Gpt2Bpe::Impl::serialize() const {
 bool Gpt2Bpe::Impl::deserialize(std::string_view bytes) {
   Reader r{bytes};
   vocab_limit = r.get<int32_t>(), vocab_entries = r.get<uint64_t>(), merges = r.get<uint64_t>(), eod = r.get<int32_t>();
-  well_formed = r.get<uint8_t>() != 0, id_mask = r.get<uint64_t>(), ids_used = r.get<uint64_t>(), pair_mask = r.get<uint64_t>();
+  well_formed = r.get<uint8_t>() != 0, pair_mask = r.get<uint64_t>();
   for (int32_t& b : byte_symbol) b = r.get<int32_t>();
   r.get_vector(symbol_bytes);
   r.get_vector(symbol_start);
@@ -670,16 +671,14 @@ bool Gpt2Bpe::Impl::deserialize(std::string_view bytes) {
     aliases.emplace(std::string(b), r.get<int32_t>());
   }
   // The tables that encoding reads stay in the mapped file. The bytes -> id index is only for
-  // loading the files: it is checked and left there, and a read-back model has none (id_mask 0).
-  size_t n_id_slots = 0, n_pairs = 0, n_results = 0, n_small = 0, n_large = 0;
-  r.view<int32_t>(n_id_slots);
+  // loading the files and is not saved: a read-back model has none (id_mask 0).
+  size_t n_pairs = 0, n_results = 0, n_small = 0, n_large = 0;
   pair_table = r.view<PairEntry>(n_pairs);
   result_table = r.view<int32_t>(n_results);
   const auto* small = r.view<ShortTokens::Small>(n_small);
   const auto* large = r.view<ShortTokens::Large>(n_large);
-  const bool ok = r.ok && r.in.empty() && n_id_slots == id_mask + 1 && n_pairs == pair_mask + 1 && n_results == merges && num_symbols() >= 256 &&
+  const bool ok = r.ok && r.in.empty() && n_pairs == pair_mask + 1 && n_results == merges && num_symbols() >= 256 &&
                   short_tokens.view(small, n_small, large, n_large, vocab_limit);
-  id_mask = 0, ids_used = 0;
   return ok;
 }
 
