@@ -21,7 +21,9 @@ reads. At ZeRO 0 and 1:
   - universal: DeepSpeed's ds_to_universal (strict) converts pretrain_gpt's
     ZeRO-1 files, its merged fp32 weights equal convert_gpt's reading of
     them exactly, and the engine continues from the universal checkpoint
-    with pretrain_gpt's losses within 1e-5 relative;
+    with pretrain_gpt's losses within 1e-5 relative, at TP 2 x PP 2 and in
+    two other layouts, TP 1 x PP 2 and TP 2 x PP 1 (each cutting the
+    tensors by the patterns in the files);
   - bf16 and fp16 (ZeRO 1): the 16-bit engine's own checkpoint (bf16:
     BF16_Optimizer's bf16_zero_pp_rank_* files; fp16: ZeRO 1's with its loss
     scaler, the CPU accelerator's fp16 check answered yes), converted by
@@ -33,8 +35,10 @@ reads. At ZeRO 0 and 1:
     the files: 4.6e-3, measured once).
 
 With TP = PP = 2 a file named by stage x PP + TT instead of stage x TP + TT
-would be the same file: the tests cannot tell those two apart (the tiny GPT's
-2 layers allow no third stage).
+would be the same file; the one-TP pipeline cases of deepspeed_checkpoint_reads
+and _writes (TP 1 x PP 2, ZeRO 1) tell the two apart (with the rule changed to
+stage x PP + TT in reader and writer, both fail: Adam starts afresh on reading,
+and DeepSpeed's engine finds no zero_pp_rank_0_mp_rank_01 file).
 
   deepspeed_pipeline_tp.py BIN_DIR DATA_DIR WORK_DIR    (exit 77: a package is missing)
 """
@@ -63,17 +67,18 @@ CONTINUED = range(N + 1, N + K + 1)
 LAYOUT = ("--nproc-per-node", str(WORLD), "--tensor-model-parallel-size", str(TP), "--pipeline-model-parallel-size", str(PP))
 
 
-def pipe_engine(rank, zero, seed, out, **config):
-    """This rank's pipeline engine at ZeRO `zero`, its weights drawn by name (N(0, 0.02); LayerNorm weights 1 + that):
+def pipe_engine(rank, zero, seed, out, layout=(TP, PP), **config):
+    """This rank's pipeline engine at ZeRO `zero` in `layout` (TP, PP), its weights drawn by name (N(0, 0.02); LayerNorm weights 1 + that):
     the parameters Megatron cuts from a generator of this tensor-parallel rank's (the parts differ), the whole ones
     alike on every rank, as they must be."""
-    start_worker(out, rank, WORLD, tp=TP)
+    tp, pp = layout
+    start_worker(out, rank, tp * pp, tp=tp)
     import deepspeed
     from deepspeed.accelerator import get_accelerator
     from megatron.core import parallel_state
     type(get_accelerator()).is_fp16_supported = lambda self: True  # the CPU accelerator says no (no mkldnn fp16); the math runs
     deepspeed.init_distributed(dist_backend="gloo")
-    pipe = gpt_pipe(PP, tp=TP)
+    pipe = gpt_pipe(pp, tp=tp)
     tp_rank = parallel_state.get_tensor_model_parallel_rank()
     with torch.no_grad():
         for name, p in pipe.named_parameters():
@@ -139,24 +144,24 @@ def reads_worker(rank, zero, out, config):
     end_worker()
 
 
-def writes_worker(rank, zero, out, ckpt, config):
-    engine, _ = pipe_engine(rank, zero, 99, out, **config)
+def writes_worker(rank, zero, out, ckpt, config, layout):
+    engine, _ = pipe_engine(rank, zero, 99, out, layout, **config)
     where, client = engine.load_checkpoint(ckpt, tag=TAG)
     engine.save_checkpoint(os.path.join(out, "resaved"), tag=TAG)  # what it loaded, as it writes it
     sample = sample_reader(RUN.data, RUN.index)
     state = {"loaded": where is not None, "iteration": client.get("iteration") if client else None, "global_steps": engine.global_steps,
              "losses": {it: engine.train_batch(pipe_batches(sample, it)).item() for it in range(N + 1, N + K + 1)}}
-    if rank == WORLD - 1:
+    if rank == layout[0] * layout[1] - 1:
         with open(os.path.join(out, "state.json"), "w") as f:
             json.dump(state, f)
     end_worker()
 
 
-def continued(ckpt, name, zero, config=None):
-    """The state of the engine at ZeRO `zero` (DeepSpeed `config` added) after loading `ckpt` (TAG), and its losses of
-    iterations N+1..N+K; it saves what it loaded into WORK/name/resaved first."""
+def continued(ckpt, name, zero, config=None, layout=(TP, PP)):
+    """The state of the engine at ZeRO `zero` (DeepSpeed `config` added) in `layout` (TP, PP) after loading `ckpt` (TAG), and
+    its losses of iterations N+1..N+K; it saves what it loaded into WORK/name/resaved first."""
     out = fresh_dir(os.path.join(WORK, name))
-    mp.spawn(writes_worker, args=(zero, out, ckpt, config or {}), nprocs=WORLD, join=True)
+    mp.spawn(writes_worker, args=(zero, out, ckpt, config or {}, layout), nprocs=layout[0] * layout[1], join=True)
     with open(os.path.join(out, "state.json")) as f:
         ds = json.load(f)
     ds["losses"] = {int(k): v for k, v in ds["losses"].items()}
@@ -222,14 +227,18 @@ def converted_equals_ours(src, name, what):
 
 
 def universal():
-    """ds_to_universal of pretrain_gpt's TP 2 x PP 2 ZeRO-1 files; the engine at TP 2 x PP 2 loading the universal checkpoint
-    continues with pretrain_gpt's losses."""
+    """ds_to_universal of pretrain_gpt's TP 2 x PP 2 ZeRO-1 files; the engine loading the universal checkpoint continues with
+    pretrain_gpt's losses, in the layout the files were written in and in two others (what universal checkpoints are for: the
+    patterns in the files tell the loader which tensors to cut how, and a wrong one changes the losses)."""
     if not converted_equals_ours(ours_ckpt(1), "universal", f"pretrain_gpt's TP {TP} x PP {PP} checkpoint"):
         return False
-    ds = continued(os.path.join(WORK, "universal"), "ds_universal", 1, {"checkpoint": {"load_universal": True}})
-    diff = worst(ds["losses"], Run.losses(ours_ckpt(1)), CONTINUED)
-    return check(ds["loaded"] and ds["iteration"] == N and diff <= TOLERANCE, f"universal: the engine at TP {TP} x PP {PP} loads it and "
-                 f"continues iterations {N + 1}-{N + K} with pretrain_gpt's losses within {diff:.1e} (relative)")
+    ok = True
+    for tp, pp in ((TP, PP), (1, PP), (TP, 1)):
+        ds = continued(os.path.join(WORK, "universal"), f"ds_universal_tp{tp}_pp{pp}", 1, {"checkpoint": {"load_universal": True}}, (tp, pp))
+        diff = worst(ds["losses"], Run.losses(ours_ckpt(1)), CONTINUED)
+        ok &= check(ds["loaded"] and ds["iteration"] == N and diff <= TOLERANCE, f"universal: the engine at TP {tp} x PP {pp} loads it "
+                    f"and continues iterations {N + 1}-{N + K} with pretrain_gpt's losses within {diff:.1e} (relative)")
+    return ok
 
 
 def tensors_of(x, path=""):
