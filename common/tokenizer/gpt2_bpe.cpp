@@ -203,7 +203,7 @@ class ShortTokens {
   // Looks up in tables built elsewhere (the saved model's, mapped); false unless both sizes are
   // powers of two.
   bool view(const Small* small, size_t n_small, const Large* large, size_t n_large, int32_t id_limit) {
-    if (!std::has_single_bit(n_small) || !std::has_single_bit(n_large)) return false;
+    if (!std::has_single_bit(n_small) || !std::has_single_bit(n_large) || id_limit <= 0) return false;
     // find() stops at an empty slot and encode_piece emits the ids: a table from a file must
     // have one, and only ids below the vocabulary's size.
     // Without a branch per entry: this pass reads the whole table once per process.
