@@ -32,7 +32,13 @@ reads. At ZeRO 0 and 1:
     pretrain_gpt's files of that precision and saves them again alike (fp32
     partitions, moments, step), and continues within 1e-4 relative of
     pretrain_gpt's losses in that precision (bf16 with the moments zeroed in
-    the files: 4.6e-3, measured once).
+    the files: 4.6e-3, measured once);
+  - fp16 at ZeRO 0: FP16_Optimizer's state in each stage's model file (flat
+    fp32 groups, moments, loss scale), both ways within 1e-4 relative, the
+    engine saving pretrain_gpt's files again alike. DeepSpeed 0.19.8 does not
+    scale the loss on this path but unscales the gradients all the same
+    (upstream pull request 8393): the test applies that pull request's fix;
+    without it the two sides parted by 3.2e-3 and 1.3e-2.
 
 With TP = PP = 2 a file named by stage x PP + TT instead of stage x TP + TT
 would be the same file; the one-TP pipeline cases of deepspeed_checkpoint_reads
@@ -64,6 +70,7 @@ TOLERANCE = 1e-5
 MIXED_TOLERANCE = 1e-4  # two bf16 implementations (deepspeed_checkpoint_mixed.py's bound)
 TAG = f"global_step{N}"
 CONTINUED = range(N + 1, N + K + 1)
+FP16_ZERO0 = "ZLM_TEST_FP16_ZERO0"  # set: the workers' engines run fp16 without ZeRO as on a GPU (fused_fp16_zero0)
 LAYOUT = ("--nproc-per-node", str(WORLD), "--tensor-model-parallel-size", str(TP), "--pipeline-model-parallel-size", str(PP))
 
 
@@ -77,6 +84,19 @@ def pipe_engine(rank, zero, seed, out, layout=(TP, PP), **config):
     from deepspeed.accelerator import get_accelerator
     from megatron.core import parallel_state
     type(get_accelerator()).is_fp16_supported = lambda self: True  # the CPU accelerator says no (no mkldnn fp16); the math runs
+    if os.environ.get(FP16_ZERO0):
+        import deepspeed.runtime.engine as ds_engine
+        ds_engine.FusedAdam = torch.optim.AdamW  # FP16_Optimizer is built over a fused Adam only: told that torch's AdamW is one
+        # DeepSpeed 0.19.8 scales the loss before backward for its ZeRO optimizers only, while FP16_Optimizer.step divides
+        # the gradients by the scale all the same: without ZeRO its fp16 updates use gradients 1/scale of the true ones
+        # (upstream pull request 8393, open). The fix that pull request makes: the loss scaled for FP16_Optimizer too.
+        plain_backward = ds_engine.DeepSpeedEngine.backward
+
+        def backward(self, loss, *args, **kwargs):
+            if self.fp16_enabled() and not self.zero_optimization():
+                loss = loss * self.optimizer.loss_scale_config.cur_scale
+            return plain_backward(self, loss, *args, **kwargs)
+        ds_engine.DeepSpeedEngine.backward = backward
     deepspeed.init_distributed(dist_backend="gloo")
     pipe = gpt_pipe(pp, tp=tp)
     tp_rank = parallel_state.get_tensor_model_parallel_rank()
@@ -295,6 +315,43 @@ def mixed(precision):
                       f"pretrain_gpt --{precision}'s losses")
 
 
+def fused_fp16_zero0():
+    """fp16 at ZeRO 0: each stage's mp_rank_MM_model_states.pt holds FP16_Optimizer's state (the loss scale, one flat fp32
+    vector per parameter group, the inner Adam's state over them), the wrapper DeepSpeed's engine builds over a fused Adam, as
+    Megatron-DeepSpeed's on a GPU. On the CPU the engine's check is told that torch's AdamW is one (the same update), and
+    DeepSpeed 0.19.8's missing loss scaling on that path is mended (FP16_ZERO0, pipe_engine). Both ways at TP 2 x PP 2,
+    within MIXED_TOLERANCE of the other side's fp16 losses: pretrain_gpt --load of the engine's checkpoint (master weights,
+    moments and scale read), and the engine loading pretrain_gpt --fp16's files, which it saves again alike."""
+    config, flags = PRECISIONS["fp16"]
+    os.environ[FP16_ZERO0] = os.environ["ZLM_CPU_MIXED_PRECISION"] = "1"
+    try:
+        out = fresh_dir(os.path.join(WORK, "ds_reads_fp16_z0"))
+        mp.spawn(reads_worker, args=(0, out, config), nprocs=WORLD, join=True)
+        theirs = os.path.join(out, "ckpt")
+        with open(theirs + ".losses.json") as f:
+            engine_losses = {int(k): v for k, v in json.load(f).items()}
+        resumed = os.path.join(WORK, "resumed_fp16_z0")
+        log = RUN.pretrain(resumed, *LAYOUT, *flags, "--load", theirs, "--zero-stage", "0")
+        diff = worst(Run.losses(resumed), engine_losses, CONTINUED)
+        ok = check("Adam's moments and step" in log and diff <= MIXED_TOLERANCE, f"fp16 z0: pretrain_gpt --load of the engine's "
+                   f"FP16_Optimizer checkpoint reads Adam's moments and step and continues within {diff:.1e} of its losses (relative)")
+        ours = os.path.join(WORK, "ours_fp16_z0")
+        RUN.pretrain(ours, *LAYOUT, *flags, "--zero-stage", "0", "--ckpt-format", "deepspeed", "--save-interval", str(N))
+        ds = continued(ours, "ds_writes_fp16_z0", 0, config)
+    finally:
+        del os.environ[FP16_ZERO0], os.environ["ZLM_CPU_MIXED_PRECISION"]
+    files = sorted(f for f in os.listdir(os.path.join(ours, TAG)) if f.startswith("mp_rank_"))
+    count, bad = 0, []
+    for f in files:
+        c, d = tensors_alike(*(torch.load(os.path.join(d_, TAG, f), weights_only=False)["optimizer"]
+                               for d_ in (ours, os.path.join(WORK, "ds_writes_fp16_z0", "resaved"))))
+        count, bad = count + c, bad + [f"{f}: {p}" for p in d]
+    diff = worst(ds["losses"], Run.losses(ours), CONTINUED)
+    return ok & check(ds["loaded"] and count == 8 * len(files) and not bad and diff <= MIXED_TOLERANCE, f"fp16 z0: the engine loads pretrain_gpt --fp16's "
+                      f"{', '.join(files)}, saves them again alike ({count} tensors: the flat fp32 groups, the moments and steps"
+                      f"{'; differ: ' + ', '.join(bad[:5]) if bad else ''}) and continues within {diff:.1e} of its losses (relative)")
+
+
 def main():
     fresh_dir(WORK)
     RUN.pretrain(os.path.join(WORK, "index_run"))  # caches the sample index of N + K iterations, which DeepSpeed trains on
@@ -305,6 +362,7 @@ def main():
     ok &= universal()
     ok &= mixed("bf16")
     ok &= mixed("fp16")
+    ok &= fused_fp16_zero0()
     sys.exit(0 if ok else 1)
 
 
