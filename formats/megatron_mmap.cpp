@@ -222,9 +222,11 @@ void store_ids(std::span<const T> tokens, uint8_t* out) {
   }
 }
 
-// The first id outside [lo, hi], if any: one branch-free min/max pass in the common case.
+// The first id outside [lo, hi], if any: none to look for when T holds no other value (int32 ids
+// into an int32 file), else one branch-free min/max pass in the common case.
 template <typename T>
 const T* first_out_of_range(std::span<const T> tokens, int64_t lo, int64_t hi) {
+  if (static_cast<int64_t>(std::numeric_limits<T>::min()) >= lo && static_cast<int64_t>(std::numeric_limits<T>::max()) <= hi) return nullptr;
   T mn = std::numeric_limits<T>::max(), mx = std::numeric_limits<T>::min();
   for (T v : tokens) mn = std::min(mn, v), mx = std::max(mx, v);
   if (tokens.empty() || (static_cast<int64_t>(mn) >= lo && static_cast<int64_t>(mx) <= hi)) return nullptr;

@@ -924,15 +924,11 @@ std::vector<int32_t> Gpt2Bpe::encode_piece_reference(std::string_view piece) con
   return out;
 }
 
-// The pre-tokenizer's pieces a batch at a time (gpt2_pretokenize's loop): the whole-token table
-// slots of a batch's pieces are requested before the first is looked up, so that on text not
-// seen before their cache misses overlap instead of coming one after another.
+// The pre-tokenizer's pieces a batch at a time: the whole-token table slots of a batch's pieces
+// are requested before the first is looked up, so that on text not seen before their cache misses
+// overlap instead of coming one after another.
 void Gpt2Bpe::encode(std::string_view text, std::vector<int32_t>& out, BpeCache* cache) const {
-  const char* p = text.data();
-  const char* const end = p + text.size();
-  const char* ends[detail::kPieceBatch];
-  while (p < end) {
-    const size_t n = detail::scan_pieces(p, end, ends, detail::kPieceBatch);
+  gpt2_pretokenize_batches(text, [&](const char* p, const char* const* ends, size_t n) {
     for (size_t k = 0; k < n; ++k) {
       const char* start = k == 0 ? p : ends[k - 1];
       const auto len = static_cast<size_t>(ends[k] - start);
@@ -942,7 +938,7 @@ void Gpt2Bpe::encode(std::string_view text, std::vector<int32_t>& out, BpeCache*
       encode_piece(std::string_view(p, static_cast<size_t>(ends[k] - p)), out, cache);
       p = ends[k];
     }
-  }
+  });
 }
 
 std::string Gpt2Bpe::decode_bytes(const std::vector<int32_t>& ids) const {

@@ -277,6 +277,17 @@ def tensors_alike(a, b):
     return len(set(ta) & set(tb)), bad
 
 
+def resaved_alike(ours, name, files, key):
+    """(tensors compared, what differs) between `key` of each of pretrain_gpt's `files` (TAG) and of the engine's saving
+    them again (continued(..., name) keeps that in WORK/name/resaved)."""
+    count, bad = 0, []
+    for f in files:
+        c, d = tensors_alike(*(torch.load(os.path.join(d_, TAG, f), weights_only=False)[key]
+                               for d_ in (ours, os.path.join(WORK, name, "resaved"))))
+        count, bad = count + c, bad + [f"{f}: {p}" for p in d]
+    return count, bad
+
+
 # DeepSpeed's config and pretrain_gpt's flags of each 16-bit precision: fp16 from a scale of 1024 on both sides (no
 # overflow, so every step counts).
 PRECISIONS = {"bf16": ({"bf16": {"enabled": True}}, ("--bf16",)),
@@ -302,11 +313,7 @@ def mixed(precision):
     del os.environ["ZLM_CPU_MIXED_PRECISION"]
     ds = continued(ours, f"ds_writes_{precision}", 1, config)
     files = sorted(f for f in os.listdir(os.path.join(ours, TAG)) if f.endswith("optim_states.pt"))
-    count, bad = 0, []
-    for f in files:
-        c, d = tensors_alike(*(torch.load(os.path.join(d_, TAG, f), weights_only=False)["optimizer_state_dict"]
-                               for d_ in (ours, os.path.join(WORK, f"ds_writes_{precision}", "resaved"))))
-        count, bad = count + c, bad + [f"{f}: {p}" for p in d]
+    count, bad = resaved_alike(ours, f"ds_writes_{precision}", files, "optimizer_state_dict")
     ok &= check(ds["loaded"] and count == 8 * len(files) and not bad, f"{precision}: the {precision} engine loads pretrain_gpt --{precision}'s "
                 f"{', '.join(files)} and saves them again alike ({count} tensors: each file's fp32 partitions, moments and steps of its two groups"
                 f"{'; differ: ' + ', '.join(bad[:5]) if bad else ''})")
@@ -341,11 +348,7 @@ def fused_fp16_zero0():
     finally:
         del os.environ[FP16_ZERO0], os.environ["ZLM_CPU_MIXED_PRECISION"]
     files = sorted(f for f in os.listdir(os.path.join(ours, TAG)) if f.startswith("mp_rank_"))
-    count, bad = 0, []
-    for f in files:
-        c, d = tensors_alike(*(torch.load(os.path.join(d_, TAG, f), weights_only=False)["optimizer"]
-                               for d_ in (ours, os.path.join(WORK, "ds_writes_fp16_z0", "resaved"))))
-        count, bad = count + c, bad + [f"{f}: {p}" for p in d]
+    count, bad = resaved_alike(ours, "ds_writes_fp16_z0", files, "optimizer")
     diff = worst(ds["losses"], Run.losses(ours), CONTINUED)
     return ok & check(ds["loaded"] and count == 8 * len(files) and not bad and diff <= MIXED_TOLERANCE, f"fp16 z0: the engine loads pretrain_gpt --fp16's "
                       f"{', '.join(files)}, saves them again alike ({count} tensors: the flat fp32 groups, the moments and steps"
