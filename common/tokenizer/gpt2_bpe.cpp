@@ -224,11 +224,6 @@ class ShortTokens {
   size_t small_size() const { return small_mask_ + 1; }
   const Large* large() const { return large_; }
   size_t large_size() const { return large_mask_ + 1; }
-  // Starts loading the slot find(p, n) looks at first (n from 2 to kWholeTokenMax).
-  void prefetch(const char* p, size_t n) const {
-    if (n <= 8) __builtin_prefetch(&small_[home(key8(p, n), n, small_mask_)]);
-    else __builtin_prefetch(&large_[home(mix16(load8(p), load8(p + n - 8)), n, large_mask_)]);
-  }
   // The id of the whole token spelled `p`, 2 to 16 bytes (kWholeTokenMax); -1 when it is none.
   int32_t find(const char* p, size_t n) const {
     if (n <= 8) {
@@ -924,21 +919,8 @@ std::vector<int32_t> Gpt2Bpe::encode_piece_reference(std::string_view piece) con
   return out;
 }
 
-// The pre-tokenizer's pieces a batch at a time: the whole-token table slots of a batch's pieces
-// are requested before the first is looked up, so that on text not seen before their cache misses
-// overlap instead of coming one after another.
 void Gpt2Bpe::encode(std::string_view text, std::vector<int32_t>& out, BpeCache* cache) const {
-  gpt2_pretokenize_batches(text, [&](const char* p, const char* const* ends, size_t n) {
-    for (size_t k = 0; k < n; ++k) {
-      const char* start = k == 0 ? p : ends[k - 1];
-      const auto len = static_cast<size_t>(ends[k] - start);
-      if (len >= 2 && len <= kWholeTokenMax) impl_->short_tokens.prefetch(start, len);
-    }
-    for (size_t k = 0; k < n; ++k) {
-      encode_piece(std::string_view(p, static_cast<size_t>(ends[k] - p)), out, cache);
-      p = ends[k];
-    }
-  });
+  gpt2_pretokenize(text, [&](std::string_view piece) { encode_piece(piece, out, cache); });
 }
 
 std::string Gpt2Bpe::decode_bytes(const std::vector<int32_t>& ids) const {
