@@ -5,6 +5,7 @@
 #include <xxhash.h>
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <climits>
 #include <cstdint>
@@ -160,11 +161,13 @@ uint64_t mix(uint64_t x) {
 }
 }  // namespace
 
-// The whole tokens of up to 16 bytes (Impl::whole), looked up with one memory access: each
-// slot holds the token's bytes, its length and its id. A string of n bytes is keyed by two
-// loads that overlap when n is not their size (never past its end), which together hold all n
-// bytes; with n in the slot that key is one string's alone. Tokens of up to 8 bytes (78% of
-// GPT-2's) sit in 16-byte slots, longer ones in 24-byte slots; linear probing, two thirds full or less.
+// The single bytes and the whole tokens of up to 16 bytes (Impl::whole), looked up with one
+// memory access: each slot holds the token's bytes, its length and its id. A string of n bytes
+// is keyed by its bytes as little-endian words, zero past the n-th: eight bytes from the string
+// loaded whole and masked, so the key costs no branch on n; with n in the slot that key is one
+// string's alone. The loads read up to 16 bytes from the string's start, which find() needs to be
+// readable (find_copy() copies the string first). Strings of up to 8 bytes (78% of GPT-2's
+// tokens) sit in 16-byte slots, longer ones in 24-byte slots; linear probing, two thirds full or less.
 class ShortTokens {
  public:
   ShortTokens() = default;
@@ -186,13 +189,15 @@ class ShortTokens {
     small_own_.assign(capacity(n8), Small{});
     large_own_.assign(capacity(tokens.size() - n8), Large{});
     for (const auto& [b, id] : tokens) {
+      char padded[kWholeTokenMax] = {};
+      std::memcpy(padded, b.data(), b.size());
       if (b.size() <= 8) {
-        const uint64_t k = key8(b.data(), b.size());
+        const uint64_t k = load8(padded);
         size_t i = home(k, b.size(), small_own_.size() - 1);
         while (small_own_[i].len != 0) i = (i + 1) & (small_own_.size() - 1);
         small_own_[i] = Small{k, id, static_cast<uint32_t>(b.size())};
       } else {
-        const uint64_t k0 = load8(b.data()), k1 = load8(b.data() + b.size() - 8);
+        const uint64_t k0 = load8(padded), k1 = load8(padded + 8);
         size_t i = home(mix16(k0, k1), b.size(), large_own_.size() - 1);
         while (large_own_[i].len != 0) i = (i + 1) & (large_own_.size() - 1);
         large_own_[i] = Large{k0, k1, id, static_cast<uint32_t>(b.size())};
@@ -212,7 +217,7 @@ class ShortTokens {
       for (size_t i = 0; i < n; ++i) {
         const bool used = t[i].len != 0;
         empty |= !used;
-        bad |= used & ((static_cast<uint32_t>(t[i].id) >= static_cast<uint32_t>(id_limit)) | (t[i].len - 2 > kWholeTokenMax - 2));
+        bad |= used & ((static_cast<uint32_t>(t[i].id) >= static_cast<uint32_t>(id_limit)) | (t[i].len - 1 > kWholeTokenMax - 1));
       }
       return empty && !bad;
     };
@@ -224,32 +229,35 @@ class ShortTokens {
   size_t small_size() const { return small_mask_ + 1; }
   const Large* large() const { return large_; }
   size_t large_size() const { return large_mask_ + 1; }
-  // The id of the whole token spelled `p`, 2 to 16 bytes (kWholeTokenMax); -1 when it is none.
+  // The id of the token spelled by the n bytes at p (1 to kWholeTokenMax), -1 when it is none;
+  // p[0..15] must be readable.
   int32_t find(const char* p, size_t n) const {
     if (n <= 8) {
-      const uint64_t k = key8(p, n);
+      const uint64_t k = load8(p) & low_bytes(n);
       for (size_t i = home(k, n, small_mask_);; i = (i + 1) & small_mask_) {
         const Small& s = small_[i];
         if (s.key == k && s.len == n) return s.id;
         if (s.len == 0) return -1;
       }
     }
-    const uint64_t k0 = load8(p), k1 = load8(p + n - 8);
+    const uint64_t k0 = load8(p), k1 = load8(p + 8) & low_bytes(n - 8);
     for (size_t i = home(mix16(k0, k1), n, large_mask_);; i = (i + 1) & large_mask_) {
       const Large& s = large_[i];
       if (s.k0 == k0 && s.k1 == k1 && s.len == n) return s.id;
       if (s.len == 0) return -1;
     }
   }
+  // find() for a string whose 16 bytes from its start may not all be readable.
+  int32_t find_copy(const char* p, size_t n) const {
+    char padded[kWholeTokenMax] = {};
+    std::memcpy(padded, p, n);
+    return find(padded, n);
+  }
 
  private:
   static uint64_t load8(const char* p) { uint64_t v; std::memcpy(&v, p, 8); return v; }
-  static uint64_t load4(const char* p) { uint32_t v; std::memcpy(&v, p, 4); return v; }
-  static uint64_t key8(const char* p, size_t n) {  // n in 1..8
-    if (n >= 4) return load4(p) | (load4(p + n - 4) << 32);
-    return static_cast<uint8_t>(p[0]) | (static_cast<uint64_t>(static_cast<uint8_t>(p[n / 2])) << 8) |
-           (static_cast<uint64_t>(static_cast<uint8_t>(p[n - 1])) << 16);
-  }
+  // The mask of a word's first n bytes, n in 1..8.
+  static uint64_t low_bytes(size_t n) { return ~uint64_t{0} >> (64 - 8 * n); }
   static size_t capacity(size_t n) {  // at most about two thirds full: GPT-2's 39,333 short tokens take 1 MiB
     size_t cap = 16;
     while (cap * 2 < n * 3) cap <<= 1;
@@ -391,6 +399,7 @@ struct Gpt2Bpe::Impl {
   void bpe_short(const int32_t* init, size_t n, std::vector<int32_t>& out) const;
   void bpe_leftmost(const int32_t* init, size_t n, std::vector<int32_t>& out) const;
   void bpe_heap(const int32_t* init, size_t n, std::vector<int32_t>& out) const;
+  void encode_piece(std::string_view piece, const char* readable, std::vector<int32_t>& out, BpeCache* cache) const;
 };
 
 static std::string vocab_key_to_bytes(std::string_view key) {
@@ -563,7 +572,7 @@ namespace {
 
 // The format's name and version: change it with the layout below (serialize), so that a model
 // saved by another build is parsed again rather than misread.
-constexpr char kModelMagic[8] = {'Z', 'L', 'M', 'B', 'P', 'E', '0', '7'};
+constexpr char kModelMagic[8] = {'Z', 'L', 'M', 'B', 'P', 'E', '0', '8'};
 
 struct Writer {
   std::string out;
@@ -874,21 +883,29 @@ void Gpt2Bpe::Impl::mark_whole_tokens() {
 }
 
 void Gpt2Bpe::Impl::index_whole_tokens() {
+  static const std::array<char, 256> kBytes = [] {
+    std::array<char, 256> b{};
+    for (int i = 0; i < 256; ++i) b[static_cast<size_t>(i)] = static_cast<char>(i);
+    return b;
+  }();
   std::vector<std::pair<std::string_view, int32_t>> tokens;
+  for (size_t b = 0; b < 256; ++b) tokens.emplace_back(std::string_view(&kBytes[b], 1), out_id(byte_symbol[b]));  // as BPE leaves them
   for (size_t id = 0; id < whole.size(); ++id)
     if (whole[id] && symbol(id).size() <= kWholeTokenMax) tokens.emplace_back(symbol(id), static_cast<int32_t>(id));
   short_tokens.build(tokens);
 }
 
 void Gpt2Bpe::encode_piece(std::string_view piece, std::vector<int32_t>& out, BpeCache* cache) const {
-  const Impl& m = *impl_;
+  impl_->encode_piece(piece, piece.data() + piece.size(), out, cache);
+}
+
+// `readable` ends the memory that may be read past the piece (the text it is part of).
+void Gpt2Bpe::Impl::encode_piece(std::string_view piece, const char* readable, std::vector<int32_t>& out, BpeCache* cache) const {
   if (piece.empty()) return;
-  if (piece.size() == 1) {
-    out.push_back(m.out_id(m.byte_symbol[static_cast<uint8_t>(piece[0])]));
-    return;
-  }
   if (piece.size() <= kWholeTokenMax) {
-    if (const int32_t id = m.short_tokens.find(piece.data(), piece.size()); id >= 0) {
+    const bool room = readable - piece.data() >= static_cast<ptrdiff_t>(kWholeTokenMax);
+    const int32_t id = room ? short_tokens.find(piece.data(), piece.size()) : short_tokens.find_copy(piece.data(), piece.size());
+    if (id >= 0) {
       out.push_back(id);
       return;
     }
@@ -900,16 +917,16 @@ void Gpt2Bpe::encode_piece(std::string_view piece, std::vector<int32_t>& out, Bp
   std::vector<int32_t> init_vec;
   const int32_t* init = init_buf;
   if (piece.size() <= kShortPiece) {
-    for (size_t i = 0; i < piece.size(); ++i) init_buf[i] = m.byte_symbol[static_cast<uint8_t>(piece[i])];
+    for (size_t i = 0; i < piece.size(); ++i) init_buf[i] = byte_symbol[static_cast<uint8_t>(piece[i])];
   } else {
     init_vec.resize(piece.size());
-    for (size_t i = 0; i < piece.size(); ++i) init_vec[i] = m.byte_symbol[static_cast<uint8_t>(piece[i])];
+    for (size_t i = 0; i < piece.size(); ++i) init_vec[i] = byte_symbol[static_cast<uint8_t>(piece[i])];
     init = init_vec.data();
   }
   size_t before = out.size();
-  if (!m.well_formed) m.bpe_short(init, piece.size(), out);
-  else if (piece.size() <= kShortPiece) m.bpe_leftmost(init, piece.size(), out);
-  else m.bpe_heap(init, piece.size(), out);
+  if (!well_formed) bpe_short(init, piece.size(), out);
+  else if (piece.size() <= kShortPiece) bpe_leftmost(init, piece.size(), out);
+  else bpe_heap(init, piece.size(), out);
   if (cacheable) cache->insert(piece, h, out.data() + before, out.size() - before);
 }
 
@@ -920,7 +937,8 @@ std::vector<int32_t> Gpt2Bpe::encode_piece_reference(std::string_view piece) con
 }
 
 void Gpt2Bpe::encode(std::string_view text, std::vector<int32_t>& out, BpeCache* cache) const {
-  gpt2_pretokenize(text, [&](std::string_view piece) { encode_piece(piece, out, cache); });
+  const char* end = text.data() + text.size();
+  gpt2_pretokenize(text, [&](std::string_view piece) { impl_->encode_piece(piece, end, out, cache); });
 }
 
 std::string Gpt2Bpe::decode_bytes(const std::vector<int32_t>& ids) const {
