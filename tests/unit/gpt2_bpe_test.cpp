@@ -2,7 +2,11 @@
 
 #include <simdjson.h>
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <optional>
@@ -387,6 +391,38 @@ TEST(Gpt2Bpe, EveryTokenAloneEqualsTheReference) {
     ++checked;
   }
   EXPECT_GT(checked, 50000u);
+}
+
+// encode() reads a piece's 16 bytes in place where the text goes on that far, and copies it
+// first where it does not: placed at the very end of a readable page followed by one that is
+// not, a text that ends in any token (or a few bytes of one) encodes without a fault, and as
+// the same text does in the middle of a longer buffer.
+TEST(Gpt2Bpe, NeverReadsPastTheTextsEnd) {
+  const Gpt2Bpe& bpe = full();
+  const auto page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  void* map = mmap(nullptr, 2 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(map, MAP_FAILED);
+  char* guard = static_cast<char*>(map) + page;
+  ASSERT_EQ(mprotect(guard, page, PROT_NONE), 0);
+  BpeCache cache;
+  size_t checked = 0;
+  for (int32_t id = 0; id < static_cast<int32_t>(bpe.vocab_size()); id += 7) {
+    const std::string token = bpe.decode_bytes({id});
+    for (const std::string& text : {token, "x " + token, token.substr(0, token.size() / 2)}) {
+      if (text.empty() || text.size() > 64) continue;
+      char* at = guard - text.size();
+      std::memcpy(at, text.data(), text.size());
+      std::vector<int32_t> at_end;
+      bpe.encode(std::string_view(at, text.size()), at_end, &cache);
+      const std::string padded = text + std::string(32, '\n');
+      std::vector<int32_t> inside;
+      bpe.encode(std::string_view(padded.data(), text.size()), inside);
+      ASSERT_EQ(at_end, inside) << "token " << id;
+      ++checked;
+    }
+  }
+  munmap(map, 2 * page);
+  EXPECT_GT(checked, 15000u);
 }
 
 TEST(Gpt2Bpe, MegatronMergesQuirks) {
