@@ -5,6 +5,7 @@
 #include <xxhash.h>
 
 #include <algorithm>
+#include <atomic>
 #include <array>
 #include <bit>
 #include <climits>
@@ -316,6 +317,17 @@ struct Gpt2Bpe::Impl {
   // keeps the tables made from it (short_tokens).
   std::vector<uint8_t> whole;
   ShortTokens short_tokens;  // the marked tokens, for encode_piece (built from `whole`, saved with the model)
+  // Tells models apart for a BpeCache, which holds one model's pieces at a time (own_cache).
+  const uint64_t serial = next_serial();
+  static uint64_t next_serial() {
+    static std::atomic<uint64_t> last{0};
+    return ++last;
+  }
+  // `cache`, emptied first when it holds another model's pieces.
+  BpeCache* own_cache(BpeCache* cache) const {
+    if (cache && cache->model_ != serial) cache->clear(), cache->model_ = serial;
+    return cache;
+  }
   void mark_whole_tokens();
   void index_whole_tokens();
   // Megatron's merge loop over a piece's bytes (their byte symbols).
@@ -896,7 +908,7 @@ void Gpt2Bpe::Impl::index_whole_tokens() {
 }
 
 void Gpt2Bpe::encode_piece(std::string_view piece, std::vector<int32_t>& out, BpeCache* cache) const {
-  impl_->encode_piece(piece, piece.data() + piece.size(), out, cache);
+  impl_->encode_piece(piece, piece.data() + piece.size(), out, impl_->own_cache(cache));
 }
 
 // `readable` ends the memory that may be read past the piece (the text it is part of).
@@ -938,6 +950,7 @@ std::vector<int32_t> Gpt2Bpe::encode_piece_reference(std::string_view piece) con
 
 void Gpt2Bpe::encode(std::string_view text, std::vector<int32_t>& out, BpeCache* cache) const {
   const char* end = text.data() + text.size();
+  cache = impl_->own_cache(cache);
   gpt2_pretokenize(text, [&](std::string_view piece) { impl_->encode_piece(piece, end, out, cache); });
 }
 

@@ -76,6 +76,9 @@ class BpeCache {
   static_assert(sizeof(Slot) == 32);
   void grow();
   void clear();
+  // The model whose pieces it holds (Gpt2Bpe clears it when another model uses it).
+  friend class Gpt2Bpe;
+  uint64_t model_ = 0;
   size_t max_entries_, size_ = 0;
   ZeroedPages memory_;  // the slots
   Slot* slots_ = nullptr;

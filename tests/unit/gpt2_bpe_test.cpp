@@ -444,6 +444,48 @@ TEST(Gpt2Bpe, MegatronMergesQuirks) {
 // The piece cache against a plain map: pieces of 1 to 80 bytes (kept in the slot up to 16, in the
 // arena past it) with 1 to 9 ids (in the slot for one), through growth (past 32,768 pieces, half
 // the first table) and through clearing when full; pieces over 255 bytes are not kept.
+// Thousands of distinct short pieces that are no token (random letters, many of them merged
+// into several ids) encoded with a cache bounded at 1500 (cleared again and again) and at 2^18:
+// the ids equal those without a cache, on a first pass and on a second that finds them.
+TEST(BpeCache, ManyShortPiecesThroughTheBound) {
+  const Gpt2Bpe& bpe = full();
+  std::mt19937 rng(11);
+  std::string text;
+  for (int k = 0; k < 20000; ++k) {  // with the space: 2 to 8 bytes, or 9 to 16
+    text += ' ';
+    for (size_t n = k % 4 == 0 ? 1 + rng() % 7 : 8 + rng() % 8; n > 0; --n) text += static_cast<char>('a' + rng() % 26);
+  }
+  std::vector<int32_t> want;
+  bpe.encode(text, want);
+  for (const size_t bound : {size_t{1500}, size_t{1} << 18}) {
+    BpeCache cache(bound);
+    for (int pass = 0; pass < 2; ++pass) {
+      std::vector<int32_t> got;
+      bpe.encode(text, got, &cache);
+      ASSERT_EQ(got, want) << "bound " << bound << ", pass " << pass;
+    }
+  }
+}
+
+// One cache used with two models in turn: each model's ids, as with a cache of its own (the
+// cache is emptied when another model uses it; it once gave the other model's ids).
+TEST(BpeCache, ServesTwoModelsInTurn) {
+  const std::string text = "The tokenizer's cache holds pieces like Megatron-LM and 1234567 or zxqvbnm.";
+  std::vector<int32_t> want_full, want_tiny;
+  full().encode(text, want_full);
+  tiny().encode(text, want_tiny);
+  ASSERT_NE(want_full, want_tiny);
+  BpeCache cache;
+  for (int round = 0; round < 2; ++round) {
+    std::vector<int32_t> got;
+    full().encode(text, got, &cache);
+    EXPECT_EQ(got, want_full) << "round " << round;
+    got.clear();
+    tiny().encode(text, got, &cache);
+    EXPECT_EQ(got, want_tiny) << "round " << round;
+  }
+}
+
 TEST(BpeCache, FindsWhatWasInsertedInlineOrNot) {
   std::mt19937 rng(5);
   std::map<std::string, std::vector<int32_t>> want;
