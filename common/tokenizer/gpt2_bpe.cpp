@@ -259,7 +259,7 @@ class ShortTokens {
   static uint64_t load8(const char* p) { uint64_t v; std::memcpy(&v, p, 8); return v; }
   // The mask of a word's first n bytes, n in 1..8.
   static uint64_t low_bytes(size_t n) { return ~uint64_t{0} >> (64 - 8 * n); }
-  static size_t capacity(size_t n) {  // at most about two thirds full: GPT-2's 39,333 short tokens take 1 MiB
+  static size_t capacity(size_t n) {  // at most about two thirds full: GPT-2's 39,589 strings of up to 8 bytes take 1 MiB
     size_t cap = 16;
     while (cap * 2 < n * 3) cap <<= 1;
     return cap;
