@@ -16,6 +16,7 @@
 #include <queue>
 #include <type_traits>
 #include <unordered_map>
+#include <utility>
 
 #include "common/core/error.h"
 #include "common/tokenizer/gpt2_pretokenizer.h"
@@ -193,12 +194,12 @@ class ShortTokens {
       char padded[kWholeTokenMax] = {};
       std::memcpy(padded, b.data(), b.size());
       if (b.size() <= 8) {
-        const uint64_t k = load8(padded);
+        const uint64_t k = small_key(padded, b.size());
         size_t i = home(k, b.size(), small_own_.size() - 1);
         while (small_own_[i].len != 0) i = (i + 1) & (small_own_.size() - 1);
         small_own_[i] = Small{k, id, static_cast<uint32_t>(b.size())};
       } else {
-        const uint64_t k0 = load8(padded), k1 = load8(padded + 8);
+        const auto [k0, k1] = large_key(padded, b.size());
         size_t i = home(mix16(k0, k1), b.size(), large_own_.size() - 1);
         while (large_own_[i].len != 0) i = (i + 1) & (large_own_.size() - 1);
         large_own_[i] = Large{k0, k1, id, static_cast<uint32_t>(b.size())};
@@ -234,14 +235,14 @@ class ShortTokens {
   // p[0..15] must be readable.
   int32_t find(const char* p, size_t n) const {
     if (n <= 8) {
-      const uint64_t k = load8(p) & low_bytes(n);
+      const uint64_t k = small_key(p, n);
       for (size_t i = home(k, n, small_mask_);; i = (i + 1) & small_mask_) {
         const Small& s = small_[i];
         if (s.key == k && s.len == n) return s.id;
         if (s.len == 0) return -1;
       }
     }
-    const uint64_t k0 = load8(p), k1 = load8(p + 8) & low_bytes(n - 8);
+    const auto [k0, k1] = large_key(p, n);
     for (size_t i = home(mix16(k0, k1), n, large_mask_);; i = (i + 1) & large_mask_) {
       const Large& s = large_[i];
       if (s.k0 == k0 && s.k1 == k1 && s.len == n) return s.id;
@@ -259,6 +260,11 @@ class ShortTokens {
   static uint64_t load8(const char* p) { uint64_t v; std::memcpy(&v, p, 8); return v; }
   // The mask of a word's first n bytes, n in 1..8.
   static uint64_t low_bytes(size_t n) { return ~uint64_t{0} >> (64 - 8 * n); }
+  // The key of the n bytes at p (p[0..15] readable), as build() stores it and find() looks for
+  // it: the bytes as little-endian words, zero past the n-th; one word up to 8 bytes (n in 1..8),
+  // two past that (n in 9..16).
+  static uint64_t small_key(const char* p, size_t n) { return load8(p) & low_bytes(n); }
+  static std::pair<uint64_t, uint64_t> large_key(const char* p, size_t n) { return {load8(p), load8(p + 8) & low_bytes(n - 8)}; }
   static size_t capacity(size_t n) {  // at most about two thirds full: GPT-2's 39,589 strings of up to 8 bytes take 1 MiB
     size_t cap = 16;
     while (cap * 2 < n * 3) cap <<= 1;

@@ -42,11 +42,6 @@ CharClass gpt2_char_class_at(const char* p, const char* end, size_t* len);
 template <typename Fn>
 void gpt2_pretokenize(std::string_view text, Fn&& fn);
 
-// The same pieces a batch at a time: fn(first, ends, n) for the n >= 1 pieces [first, ends[0]),
-// [ends[0], ends[1]), ... (for a caller that looks ahead within a batch).
-template <typename Fn>
-void gpt2_pretokenize_batches(std::string_view text, Fn&& fn);
-
 std::vector<std::string_view> gpt2_pretokenize(std::string_view text);
 
 // Slow reference (ICU RegexMatcher). Returns the pieces as byte strings.
@@ -142,25 +137,17 @@ void use_scan_target(size_t i);
 }  // namespace detail
 
 template <typename Fn>
-void gpt2_pretokenize_batches(std::string_view text, Fn&& fn) {
+void gpt2_pretokenize(std::string_view text, Fn&& fn) {
   const char* p = text.data();
   const char* end = p + text.size();
   const char* ends[detail::kPieceBatch];
   while (p < end) {
     const size_t n = detail::scan_pieces(p, end, ends, detail::kPieceBatch);
-    fn(p, static_cast<const char* const*>(ends), n);
-    p = ends[n - 1];
-  }
-}
-
-template <typename Fn>
-void gpt2_pretokenize(std::string_view text, Fn&& fn) {
-  gpt2_pretokenize_batches(text, [&](const char* p, const char* const* ends, size_t n) {
     for (size_t k = 0; k < n; ++k) {
       fn(std::string_view(p, static_cast<size_t>(ends[k] - p)));
       p = ends[k];
     }
-  });
+  }
 }
 
 }  // namespace zlm

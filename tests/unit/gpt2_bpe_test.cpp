@@ -441,9 +441,6 @@ TEST(Gpt2Bpe, MegatronMergesQuirks) {
   EXPECT_EQ(bpe.eod_id(), 5);
 }
 
-// The piece cache against a plain map: pieces of 1 to 80 bytes (kept in the slot up to 16, in the
-// arena past it) with 1 to 9 ids (in the slot for one), through growth (past 32,768 pieces, half
-// the first table) and through clearing when full; pieces over 255 bytes are not kept.
 // Thousands of distinct short pieces that are no token (random letters, many of them merged
 // into several ids) encoded with a cache bounded at 1500 (cleared again and again) and at 2^18:
 // the ids equal those without a cache, on a first pass and on a second that finds them.
@@ -486,6 +483,9 @@ TEST(BpeCache, ServesTwoModelsInTurn) {
   }
 }
 
+// The piece cache against a plain map: pieces of 1 to 80 bytes (kept in the slot up to 16, in the
+// arena past it) with 1 to 9 ids (in the slot for one), through growth (past 32,768 pieces, half
+// the first table) and through clearing when full; pieces over 255 bytes are not kept.
 TEST(BpeCache, FindsWhatWasInsertedInlineOrNot) {
   std::mt19937 rng(5);
   std::map<std::string, std::vector<int32_t>> want;
