@@ -62,14 +62,21 @@ namespace {
 constexpr size_t kCacheFirstSlots = 1 << 16;  // 2 MiB: the distinct pieces of ~5 MB of web text
 }  // namespace
 
-BpeCache::BpeCache(size_t max_entries)
-    : max_entries_(max_entries), memory_(kCacheFirstSlots * sizeof(Slot)), slots_(static_cast<Slot*>(memory_.data())), mask_(kCacheFirstSlots - 1) {}
+BpeCache::BpeCache(size_t max_entries, size_t seed_after)
+    : max_entries_(max_entries), memory_(kCacheFirstSlots * sizeof(Slot)), slots_(static_cast<Slot*>(memory_.data())),
+      mask_(kCacheFirstSlots - 1), seed_after_(seed_after) {}
 
 void BpeCache::clear() {
   memory_.clear();
   keys_.clear();
   ids_.clear();
   size_ = 0;
+}
+
+void BpeCache::reset() {
+  clear();
+  seeded_.reset();
+  served_ = 0;
 }
 
 bool BpeCache::find(std::string_view piece, uint64_t h, std::vector<int32_t>& out) const {
@@ -255,6 +262,27 @@ class ShortTokens {
     std::memcpy(padded, p, n);
     return find(padded, n);
   }
+  // A writable copy of `model`'s entries (BpeCache::Seeded), in tables with room for
+  // `extra_small` more strings of up to 8 bytes and `extra_large` longer ones. The entries are
+  // put back in the order of their slots: a slot's home in a table twice the size is its home
+  // in this one or that plus the old size, so the copy writes each table in two runs (and a run
+  // of colliding tokens keeps its order, the most frequent first as build() put them).
+  void seed_from(const ShortTokens& model, size_t extra_small, size_t extra_large) {
+    seed_table(model.small_, model.small_size(), extra_small, small_own_, small_, small_mask_, small_used_);
+    seed_table(model.large_, model.large_size(), extra_large, large_own_, large_, large_mask_, large_used_);
+  }
+  // Adds the string of n bytes at `padded` (16 bytes readable, zero past n) with `value`; the
+  // string must not be in the tables yet. Doubles a table past two thirds full.
+  void add(const char* padded, size_t n, int32_t value) {
+    if (n <= 8) {
+      if ((small_used_ + 1) * 3 > small_own_.size() * 2) grow(small_own_, small_, small_mask_);
+      put(Small{small_key(padded, n), value, static_cast<uint32_t>(n)});
+    } else {
+      if ((large_used_ + 1) * 3 > large_own_.size() * 2) grow(large_own_, large_, large_mask_);
+      const auto [k0, k1] = large_key(padded, n);
+      put(Large{k0, k1, value, static_cast<uint32_t>(n)});
+    }
+  }
 
  private:
   static uint64_t load8(const char* p) { uint64_t v; std::memcpy(&v, p, 8); return v; }
@@ -272,12 +300,70 @@ class ShortTokens {
   }
   static uint64_t mix16(uint64_t k0, uint64_t k1) { return k0 ^ (k1 * 0x9E3779B97F4A7C15ULL); }
   static size_t home(uint64_t k, size_t n, size_t mask) { return ((k + n) * 0xff51afd7ed558ccdULL >> 32) & mask; }
+  static size_t home_of(const Small& s, size_t mask) { return home(s.key, s.len, mask); }
+  static size_t home_of(const Large& s, size_t mask) { return home(mix16(s.k0, s.k1), s.len, mask); }
+  // Writes an entry into the own tables at its probe's first empty slot.
+  void put(const Small& e) { ++small_used_, put_into(small_own_.data(), small_mask_, e); }
+  void put(const Large& e) { ++large_used_, put_into(large_own_.data(), large_mask_, e); }
+  template <typename Slot>
+  static void put_into(Slot* t, size_t mask, const Slot& e) {
+    size_t i = home_of(e, mask);
+    while (t[i].len != 0) i = (i + 1) & mask;
+    t[i] = e;
+  }
+  template <typename Slot>
+  static void seed_table(const Slot* from, size_t n, size_t extra, std::vector<Slot>& own, const Slot*& view, size_t& mask, size_t& used) {
+    used = 0;
+    for (size_t i = 0; i < n; ++i) used += from[i].len != 0;
+    own.assign(capacity(used + extra), Slot{});
+    view = own.data(), mask = own.size() - 1;
+    for (size_t i = 0; i < n; ++i)
+      if (from[i].len != 0) put_into(own.data(), mask, from[i]);
+  }
+  template <typename Slot>
+  static void grow(std::vector<Slot>& own, const Slot*& view, size_t& mask) {
+    std::vector<Slot> bigger(own.size() * 2);
+    for (const Slot& e : own)
+      if (e.len != 0) put_into(bigger.data(), bigger.size() - 1, e);
+    own = std::move(bigger);
+    view = own.data(), mask = own.size() - 1;
+  }
   std::vector<Small> small_own_;
   std::vector<Large> large_own_;
   const Small* small_ = nullptr;
   const Large* large_ = nullptr;
   size_t small_mask_ = 0, large_mask_ = 0;
+  size_t small_used_ = 0, large_used_ = 0;  // entries in the own tables (seed_from, add)
 };
+
+// A long-lived cache's table (BpeCache's comment): the model's whole tokens and the pieces of up
+// to 16 bytes met since, in one ShortTokens. A value is an id, or for a piece of several ids
+// -2 - their offset in `multi`, which holds their count and then the ids.
+struct BpeCache::Seeded {
+  ShortTokens table;
+  std::vector<int32_t> multi;
+  size_t added = 0;  // pieces added since the table was seeded
+  void seed(const ShortTokens& model, size_t extra_small, size_t extra_large) {
+    table.seed_from(model, extra_small, extra_large);
+    multi.clear();
+    added = 0;
+  }
+  // A piece that is not in the table yet (p[0..n) readable, n <= kWholeTokenMax).
+  void add(const char* p, size_t n, const int32_t* ids, size_t count) {
+    char padded[kWholeTokenMax] = {};
+    std::memcpy(padded, p, n);
+    int32_t value = ids[0];
+    if (count > 1) {
+      value = -2 - static_cast<int32_t>(multi.size());
+      multi.push_back(static_cast<int32_t>(count));
+      multi.insert(multi.end(), ids, ids + count);
+    }
+    table.add(padded, n, value);
+    ++added;
+  }
+};
+
+void BpeCache::SeededDeleter::operator()(Seeded* s) const { delete s; }
 
 struct Gpt2Bpe::Impl {
   // symbol id -> bytes: symbol_bytes[symbol_start[id], symbol_start[id + 1]) (one arena: saving and
@@ -311,6 +397,7 @@ struct Gpt2Bpe::Impl {
   const PairEntry* pair_table = nullptr;
   const int32_t* result_table = nullptr;
   MappedFile saved_file;
+  ZeroedPages hot_pages;  // where place_hot_tables() put the tables that encoding reads
   size_t merges = 0;
   int32_t eod = -1;
   bool well_formed = true;
@@ -331,11 +418,12 @@ struct Gpt2Bpe::Impl {
   }
   // `cache`, emptied first when it holds another model's pieces.
   BpeCache* own_cache(BpeCache* cache) const {
-    if (cache && cache->model_ != serial) cache->clear(), cache->model_ = serial;
+    if (cache && cache->model_ != serial) cache->reset(), cache->model_ = serial;
     return cache;
   }
   void mark_whole_tokens();
   void index_whole_tokens();
+  void place_hot_tables();
   // Megatron's merge loop over a piece's bytes (their byte symbols).
   void bpe_bytes(std::string_view piece, std::vector<int32_t>& out) const;
 
@@ -418,6 +506,13 @@ struct Gpt2Bpe::Impl {
   void bpe_leftmost(const int32_t* init, size_t n, std::vector<int32_t>& out) const;
   void bpe_heap(const int32_t* init, size_t n, std::vector<int32_t>& out) const;
   void encode_piece(std::string_view piece, const char* readable, std::vector<int32_t>& out, BpeCache* cache) const;
+  // The piece's ids by merging its bytes (bpe_leftmost, bpe_heap or bpe_short).
+  void merge(std::string_view piece, std::vector<int32_t>& out) const;
+  // Seeds `cache` (BpeCache's comment): a copy of the whole tokens, and the pieces of up to 16
+  // bytes that the cache holds.
+  void seed(BpeCache& cache) const;
+  // encode() through a seeded cache.
+  void encode_seeded(std::string_view text, std::vector<int32_t>& out, BpeCache& cache) const;
 };
 
 static std::string vocab_key_to_bytes(std::string_view key) {
@@ -750,7 +845,10 @@ Gpt2Bpe Gpt2Bpe::load(const std::string& vocab_path, const std::string& merges_p
   const std::string dir = model_cache_dir();
   const std::string saved = dir.empty() ? "" : dir + "/gpt2-bpe-" + std::to_string(key) + ".model";
   if (!saved.empty()) {
-    if (Gpt2Bpe bpe; bpe.impl_->load_saved(saved, key)) return bpe;
+    if (Gpt2Bpe bpe; bpe.impl_->load_saved(saved, key)) {
+      bpe.impl_->place_hot_tables();
+      return bpe;
+    }
   }
   Gpt2Bpe bpe;
   Impl& m = *bpe.impl_;
@@ -759,7 +857,28 @@ Gpt2Bpe Gpt2Bpe::load(const std::string& vocab_path, const std::string& merges_p
   m.mark_whole_tokens();
   m.index_whole_tokens();
   if (!saved.empty()) m.save(saved, key);
+  m.place_hot_tables();
   return bpe;
+}
+
+// The two tables that encoding reads most (the whole tokens of up to 8 bytes and the merge
+// pairs: 1 MiB each for GPT-2) copied into one range of huge pages where the kernel gives them.
+// Read in place from the saved model's mapped file, they sat in whatever pages the page cache
+// gave that file: part in a 2 MiB mapping, part in 4 KiB pages, the split differing from one
+// write of the file to the next, and the same binary ran 0.8x with one such file against
+// another. The longer tokens and the merges' results are read less and stay where they are.
+void Gpt2Bpe::Impl::place_hot_tables() {
+  const size_t n_small = short_tokens.small_size(), n_pairs = pair_mask + 1;
+  const size_t small_bytes = n_small * sizeof(ShortTokens::Small), pair_bytes = n_pairs * sizeof(PairEntry);
+  ZeroedPages pages(small_bytes + pair_bytes);
+  auto* small = static_cast<ShortTokens::Small*>(pages.data());
+  auto* pairs_copy = reinterpret_cast<PairEntry*>(small + n_small);  // 16-byte slots before it: aligned
+  std::memcpy(small, short_tokens.small(), small_bytes);
+  std::memcpy(pairs_copy, pair_table, pair_bytes);
+  if (!short_tokens.view(small, n_small, short_tokens.large(), short_tokens.large_size(), vocab_limit))
+    throw Error(ErrorKind::Internal, "whole-token tables copied wrong");
+  pair_table = pairs_copy;
+  hot_pages = std::move(pages);
 }
 
 size_t Gpt2Bpe::vocab_size() const { return impl_->vocab_entries; }
@@ -931,6 +1050,12 @@ void Gpt2Bpe::Impl::encode_piece(std::string_view piece, const char* readable, s
   const bool cacheable = cache && piece.size() <= kShortPiece;
   const uint64_t h = cacheable ? BpeCache::hash(piece) : 0;
   if (cacheable && cache->find(piece, h, out)) return;
+  const size_t before = out.size();
+  merge(piece, out);
+  if (cacheable) cache->insert(piece, h, out.data() + before, out.size() - before);
+}
+
+void Gpt2Bpe::Impl::merge(std::string_view piece, std::vector<int32_t>& out) const {
   int32_t init_buf[kShortPiece];
   std::vector<int32_t> init_vec;
   const int32_t* init = init_buf;
@@ -941,11 +1066,52 @@ void Gpt2Bpe::Impl::encode_piece(std::string_view piece, const char* readable, s
     for (size_t i = 0; i < piece.size(); ++i) init_vec[i] = byte_symbol[static_cast<uint8_t>(piece[i])];
     init = init_vec.data();
   }
-  size_t before = out.size();
   if (!well_formed) bpe_short(init, piece.size(), out);
   else if (piece.size() <= kShortPiece) bpe_leftmost(init, piece.size(), out);
   else bpe_heap(init, piece.size(), out);
-  if (cacheable) cache->insert(piece, h, out.data() + before, out.size() - before);
+}
+
+void Gpt2Bpe::Impl::seed(BpeCache& cache) const {
+  size_t small = 0, large = 0;
+  for (size_t i = 0; i <= cache.mask_; ++i) {
+    const size_t n = cache.slots_[i].hash == 0 ? 0 : cache.slots_[i].key_len;
+    small += n != 0 && n <= 8, large += n > 8 && n <= kWholeTokenMax;
+  }
+  std::unique_ptr<BpeCache::Seeded, BpeCache::SeededDeleter> seeded(new BpeCache::Seeded);
+  seeded->seed(short_tokens, small, large);
+  for (size_t i = 0; i <= cache.mask_; ++i) {
+    const BpeCache::Slot& s = cache.slots_[i];
+    if (s.hash == 0 || s.key_len > kWholeTokenMax) continue;
+    const auto one = static_cast<int32_t>(s.ids);
+    seeded->add(s.key, s.key_len, s.ids_len == 1 ? &one : cache.ids_.data() + s.ids, s.ids_len);
+  }
+  cache.clear();  // its slots keep longer pieces only from now on
+  cache.seeded_ = std::move(seeded);
+}
+
+void Gpt2Bpe::Impl::encode_seeded(std::string_view text, std::vector<int32_t>& out, BpeCache& cache) const {
+  BpeCache::Seeded& seeded = *cache.seeded_;
+  const char* end = text.data() + text.size();
+  gpt2_pretokenize(text, [&](std::string_view piece) {
+    const size_t n = piece.size();
+    if (n > kWholeTokenMax) {
+      encode_piece(piece, end, out, &cache);  // the XXH3-keyed slots, as without the seeded table
+      return;
+    }
+    const bool room = end - piece.data() >= static_cast<ptrdiff_t>(kWholeTokenMax);
+    const int32_t v = room ? seeded.table.find(piece.data(), n) : seeded.table.find_copy(piece.data(), n);
+    if (v >= 0) {
+      out.push_back(v);
+    } else if (v < -1) {
+      const int32_t* ids = seeded.multi.data() + (-2 - static_cast<ptrdiff_t>(v));
+      out.insert(out.end(), ids + 1, ids + 1 + ids[0]);
+    } else {
+      if (seeded.added >= cache.max_entries_) seeded.seed(short_tokens, 0, 0);  // the bound: start again from the tokens
+      const size_t before = out.size();
+      merge(piece, out);
+      seeded.add(piece.data(), n, out.data() + before, out.size() - before);
+    }
+  });
 }
 
 std::vector<int32_t> Gpt2Bpe::encode_piece_reference(std::string_view piece) const {
@@ -957,6 +1123,11 @@ std::vector<int32_t> Gpt2Bpe::encode_piece_reference(std::string_view piece) con
 void Gpt2Bpe::encode(std::string_view text, std::vector<int32_t>& out, BpeCache* cache) const {
   const char* end = text.data() + text.size();
   cache = impl_->own_cache(cache);
+  if (cache) {
+    cache->served_ += text.size();
+    if (!cache->seeded_ && cache->served_ >= cache->seed_after_) impl_->seed(*cache);
+    if (cache->seeded_) return impl_->encode_seeded(text, out, *cache);
+  }
   gpt2_pretokenize(text, [&](std::string_view piece) { impl_->encode_piece(piece, end, out, cache); });
 }
 

@@ -396,7 +396,7 @@ TEST(Gpt2Bpe, EveryTokenAloneEqualsTheReference) {
 // encode() reads a piece's 16 bytes in place where the text goes on that far, and copies it
 // first where it does not: placed at the very end of a readable page followed by one that is
 // not, a text that ends in any token (or a few bytes of one) encodes without a fault, and as
-// the same text does in the middle of a longer buffer.
+// the same text does in the middle of a longer buffer; with a cache seeded or not.
 TEST(Gpt2Bpe, NeverReadsPastTheTextsEnd) {
   const Gpt2Bpe& bpe = full();
   const auto page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
@@ -404,7 +404,7 @@ TEST(Gpt2Bpe, NeverReadsPastTheTextsEnd) {
   ASSERT_NE(map, MAP_FAILED);
   char* guard = static_cast<char*>(map) + page;
   ASSERT_EQ(mprotect(guard, page, PROT_NONE), 0);
-  BpeCache cache;
+  BpeCache cache, seeded(size_t{1} << 18, 0);
   size_t checked = 0;
   for (int32_t id = 0; id < static_cast<int32_t>(bpe.vocab_size()); id += 7) {
     const std::string token = bpe.decode_bytes({id});
@@ -412,12 +412,14 @@ TEST(Gpt2Bpe, NeverReadsPastTheTextsEnd) {
       if (text.empty() || text.size() > 64) continue;
       char* at = guard - text.size();
       std::memcpy(at, text.data(), text.size());
-      std::vector<int32_t> at_end;
+      std::vector<int32_t> at_end, at_end_seeded;
       bpe.encode(std::string_view(at, text.size()), at_end, &cache);
+      bpe.encode(std::string_view(at, text.size()), at_end_seeded, &seeded);
       const std::string padded = text + std::string(32, '\n');
       std::vector<int32_t> inside;
       bpe.encode(std::string_view(padded.data(), text.size()), inside);
       ASSERT_EQ(at_end, inside) << "token " << id;
+      ASSERT_EQ(at_end_seeded, inside) << "token " << id << ", seeded cache";
       ++checked;
     }
   }
@@ -442,44 +444,54 @@ TEST(Gpt2Bpe, MegatronMergesQuirks) {
 }
 
 // Thousands of distinct short pieces that are no token (random letters, many of them merged
-// into several ids) encoded with a cache bounded at 1500 (cleared again and again) and at 2^18:
-// the ids equal those without a cache, on a first pass and on a second that finds them.
+// into several ids; a few longer than 16 bytes) encoded with a cache bounded at 1500 (cleared
+// again and again) and at 2^18, seeded (BpeCache's comment) never, at once or half way through
+// the first pass (taking the pieces it holds): the ids equal those without a cache, on a first
+// pass and on a second that finds them.
 TEST(BpeCache, ManyShortPiecesThroughTheBound) {
   const Gpt2Bpe& bpe = full();
   std::mt19937 rng(11);
   std::string text;
-  for (int k = 0; k < 20000; ++k) {  // with the space: 2 to 8 bytes, or 9 to 16
+  for (int k = 0; k < 20000; ++k) {  // with the space: 2 to 8 bytes, 9 to 16, or now and then 17 to 40
     text += ' ';
-    for (size_t n = k % 4 == 0 ? 1 + rng() % 7 : 8 + rng() % 8; n > 0; --n) text += static_cast<char>('a' + rng() % 26);
+    const size_t len = k % 4 == 0 ? 1 + rng() % 7 : k % 97 == 1 ? 16 + rng() % 24 : 8 + rng() % 8;
+    for (size_t n = len; n > 0; --n) text += static_cast<char>('a' + rng() % 26);
   }
   std::vector<int32_t> want;
   bpe.encode(text, want);
+  const size_t half = text.find(' ', text.size() / 2);  // where a piece starts: the halves' pieces are the whole text's
+  const std::string_view halves[] = {std::string_view(text).substr(0, half), std::string_view(text).substr(half)};
   for (const size_t bound : {size_t{1500}, size_t{1} << 18}) {
-    BpeCache cache(bound);
-    for (int pass = 0; pass < 2; ++pass) {
-      std::vector<int32_t> got;
-      bpe.encode(text, got, &cache);
-      ASSERT_EQ(got, want) << "bound " << bound << ", pass " << pass;
+    for (const size_t seed_after : {SIZE_MAX, size_t{0}, half + 1}) {  // half + 1: at the second half
+      BpeCache cache(bound, seed_after);
+      for (int pass = 0; pass < 2; ++pass) {
+        std::vector<int32_t> got;
+        for (const std::string_view half : halves) bpe.encode(half, got, &cache);
+        ASSERT_EQ(got, want) << "bound " << bound << ", seeded after " << seed_after << " bytes, pass " << pass;
+      }
     }
   }
 }
 
 // One cache used with two models in turn: each model's ids, as with a cache of its own (the
-// cache is emptied when another model uses it; it once gave the other model's ids).
+// cache is emptied when another model uses it, its seeded table too; it once gave the other
+// model's ids).
 TEST(BpeCache, ServesTwoModelsInTurn) {
   const std::string text = "The tokenizer's cache holds pieces like Megatron-LM and 1234567 or zxqvbnm.";
   std::vector<int32_t> want_full, want_tiny;
   full().encode(text, want_full);
   tiny().encode(text, want_tiny);
   ASSERT_NE(want_full, want_tiny);
-  BpeCache cache;
-  for (int round = 0; round < 2; ++round) {
-    std::vector<int32_t> got;
-    full().encode(text, got, &cache);
-    EXPECT_EQ(got, want_full) << "round " << round;
-    got.clear();
-    tiny().encode(text, got, &cache);
-    EXPECT_EQ(got, want_tiny) << "round " << round;
+  for (const size_t seed_after : {size_t{8} << 20, size_t{0}}) {
+    BpeCache cache(size_t{1} << 18, seed_after);
+    for (int round = 0; round < 2; ++round) {
+      std::vector<int32_t> got;
+      full().encode(text, got, &cache);
+      EXPECT_EQ(got, want_full) << "round " << round << ", seeded after " << seed_after;
+      got.clear();
+      tiny().encode(text, got, &cache);
+      EXPECT_EQ(got, want_tiny) << "round " << round << ", seeded after " << seed_after;
+    }
   }
 }
 
