@@ -264,9 +264,10 @@ class ShortTokens {
   }
   // A writable copy of `model`'s entries (BpeCache::Seeded), in tables with room for
   // `extra_small` more strings of up to 8 bytes and `extra_large` longer ones. The entries are
-  // put back in the order of their slots: a slot's home in a table twice the size is its home
-  // in this one or that plus the old size, so the copy writes each table in two runs (and a run
-  // of colliding tokens keeps its order, the most frequent first as build() put them).
+  // put back in the order of their slots: in a table 2^k times the size a slot's home is its
+  // home in the model's plus a multiple of the model's size, so the copy writes the new table in
+  // 2^k sequential runs (and tokens that collide keep their order, the most frequent first as
+  // build() put them).
   void seed_from(const ShortTokens& model, size_t extra_small, size_t extra_large) {
     seed_table(model.small_, model.small_size(), extra_small, small_own_, small_, small_mask_, small_used_);
     seed_table(model.large_, model.large_size(), extra_large, large_own_, large_, large_mask_, large_used_);
