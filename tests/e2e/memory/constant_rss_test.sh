@@ -5,7 +5,7 @@
 # of one bucket (--memory-mb 1: sorted runs on disk, merged; its output equals the
 # one-machine shuffle's, which holds the input in memory) on the 1000 OpenWebText fixture
 # documents repeated 3 times (14 MB) and 30 times (142 MB); preprocess_data on 6 and
-# 60 times (28 and 283 MB), so that each of 2 workers gets past the 8 MiB of text
+# 60 times (28 and 284 MB), so that each of 2 workers gets past the 8 MiB of text
 # after which its piece cache takes a copy of the whole-token tables (a step of
 # ~5 MiB, once; gpt2_bpe.h). For each, the peak RSS
 # (/usr/bin/time) of the 10x larger input may exceed the smaller one's by at most
