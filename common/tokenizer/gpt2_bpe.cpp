@@ -197,22 +197,13 @@ class ShortTokens {
     for (const auto& t : tokens) n8 += t.first.size() <= 8;
     small_own_.assign(capacity(n8), Small{});
     large_own_.assign(capacity(tokens.size() - n8), Large{});
-    for (const auto& [b, id] : tokens) {
+    small_ = small_own_.data(), small_mask_ = small_own_.size() - 1, large_ = large_own_.data(), large_mask_ = large_own_.size() - 1;
+    small_used_ = large_used_ = 0;
+    for (const auto& [b, id] : tokens) {  // sized to two thirds or less: add() does not grow them
       char padded[kWholeTokenMax] = {};
       std::memcpy(padded, b.data(), b.size());
-      if (b.size() <= 8) {
-        const uint64_t k = small_key(padded, b.size());
-        size_t i = home(k, b.size(), small_own_.size() - 1);
-        while (small_own_[i].len != 0) i = (i + 1) & (small_own_.size() - 1);
-        small_own_[i] = Small{k, id, static_cast<uint32_t>(b.size())};
-      } else {
-        const auto [k0, k1] = large_key(padded, b.size());
-        size_t i = home(mix16(k0, k1), b.size(), large_own_.size() - 1);
-        while (large_own_[i].len != 0) i = (i + 1) & (large_own_.size() - 1);
-        large_own_[i] = Large{k0, k1, id, static_cast<uint32_t>(b.size())};
-      }
+      add(padded, b.size(), id);
     }
-    small_ = small_own_.data(), small_mask_ = small_own_.size() - 1, large_ = large_own_.data(), large_mask_ = large_own_.size() - 1;
   }
   // Looks up in tables built elsewhere (the saved model's, mapped); false unless both sizes are
   // powers of two.
@@ -234,6 +225,8 @@ class ShortTokens {
     small_ = small, small_mask_ = n_small - 1, large_ = large, large_mask_ = n_large - 1;
     return true;
   }
+  // The small table read from `copy` from now on, which holds the same bytes (Impl::place_hot_tables).
+  void read_small_from(const Small* copy) { small_ = copy; }
   const Small* small() const { return small_; }
   size_t small_size() const { return small_mask_ + 1; }
   const Large* large() const { return large_; }
@@ -316,18 +309,21 @@ class ShortTokens {
   static void seed_table(const Slot* from, size_t n, size_t extra, std::vector<Slot>& own, const Slot*& view, size_t& mask, size_t& used) {
     used = 0;
     for (size_t i = 0; i < n; ++i) used += from[i].len != 0;
-    own.assign(capacity(used + extra), Slot{});
+    own = rehashed(from, n, capacity(used + extra));
     view = own.data(), mask = own.size() - 1;
-    for (size_t i = 0; i < n; ++i)
-      if (from[i].len != 0) put_into(own.data(), mask, from[i]);
   }
   template <typename Slot>
   static void grow(std::vector<Slot>& own, const Slot*& view, size_t& mask) {
-    std::vector<Slot> bigger(own.size() * 2);
-    for (const Slot& e : own)
-      if (e.len != 0) put_into(bigger.data(), bigger.size() - 1, e);
-    own = std::move(bigger);
+    own = rehashed(own.data(), own.size(), own.size() * 2);
     view = own.data(), mask = own.size() - 1;
+  }
+  // The n slots at `from` in a new table of `cap` slots (a power of two), in the order of their slots.
+  template <typename Slot>
+  static std::vector<Slot> rehashed(const Slot* from, size_t n, size_t cap) {
+    std::vector<Slot> to(cap);
+    for (size_t i = 0; i < n; ++i)
+      if (from[i].len != 0) put_into(to.data(), cap - 1, from[i]);
+    return to;
   }
   std::vector<Small> small_own_;
   std::vector<Large> large_own_;
@@ -876,8 +872,7 @@ void Gpt2Bpe::Impl::place_hot_tables() {
   auto* pairs_copy = reinterpret_cast<PairEntry*>(small + n_small);  // 16-byte slots before it: aligned
   std::memcpy(small, short_tokens.small(), small_bytes);
   std::memcpy(pairs_copy, pair_table, pair_bytes);
-  if (!short_tokens.view(small, n_small, short_tokens.large(), short_tokens.large_size(), vocab_limit))
-    throw Error(ErrorKind::Internal, "whole-token tables copied wrong");
+  short_tokens.read_small_from(small);
   pair_table = pairs_copy;
   hot_pages = std::move(pages);
 }
