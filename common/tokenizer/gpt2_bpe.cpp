@@ -182,16 +182,20 @@ class ShortTokens {
   ShortTokens() = default;
   ShortTokens(const ShortTokens&) = delete;  // the view may point into the own tables
   ShortTokens& operator=(const ShortTokens&) = delete;
+  // `len`: the string's length in its low 8 bits (0: an empty slot). In a BpeCache's copy
+  // (Seeded) the bits above hold a second id + 1 for a piece that is two tokens; a model's
+  // tables never do.
   struct Small {
     uint64_t key = 0;
     int32_t id = -1;
-    uint32_t len = 0;  // 0: empty
+    uint32_t len = 0;
   };
   struct Large {
     uint64_t k0 = 0, k1 = 0;
     int32_t id = -1;
     uint32_t len = 0;
   };
+  static constexpr int kLenBits = 8;
   void build(const std::vector<std::pair<std::string_view, int32_t>>& tokens) {
     size_t n8 = 0;
     for (const auto& t : tokens) n8 += t.first.size() <= 8;
@@ -233,28 +237,13 @@ class ShortTokens {
   size_t large_size() const { return large_mask_ + 1; }
   // The id of the token spelled by the n bytes at p (1 to kWholeTokenMax), -1 when it is none;
   // p[0..15] must be readable.
-  int32_t find(const char* p, size_t n) const {
-    if (n <= 8) {
-      const uint64_t k = small_key(p, n);
-      for (size_t i = home(k, n, small_mask_);; i = (i + 1) & small_mask_) {
-        const Small& s = small_[i];
-        if (s.key == k && s.len == n) return s.id;
-        if (s.len == 0) return -1;
-      }
-    }
-    const auto [k0, k1] = large_key(p, n);
-    for (size_t i = home(mix16(k0, k1), n, large_mask_);; i = (i + 1) & large_mask_) {
-      const Large& s = large_[i];
-      if (s.k0 == k0 && s.k1 == k1 && s.len == n) return s.id;
-      if (s.len == 0) return -1;
-    }
-  }
+  int32_t find(const char* p, size_t n) const { return static_cast<int32_t>(lookup<false>(p, n)); }
   // find() for a string whose 16 bytes from its start may not all be readable.
-  int32_t find_copy(const char* p, size_t n) const {
-    char padded[kWholeTokenMax] = {};
-    std::memcpy(padded, p, n);
-    return find(padded, n);
-  }
+  int32_t find_copy(const char* p, size_t n) const { return static_cast<int32_t>(lookup_copy<false>(p, n)); }
+  // For a table whose slots may hold a second id (a BpeCache's copy): the slot's `len` in the
+  // high 32 bits and its id in the low ones; the id -1 (and `len` 0) when the string is absent.
+  uint64_t find_two(const char* p, size_t n) const { return lookup<true>(p, n); }
+  uint64_t find_two_copy(const char* p, size_t n) const { return lookup_copy<true>(p, n); }
   // A writable copy of `model`'s entries (BpeCache::Seeded), in tables with room for
   // `extra_small` more strings of up to 8 bytes and `extra_large` longer ones. The entries are
   // put back in the order of their slots: in a table 2^k times the size a slot's home is its
@@ -267,18 +256,47 @@ class ShortTokens {
   }
   // Adds the string of n bytes at `padded` (16 bytes readable, zero past n) with `value`; the
   // string must not be in the tables yet. Doubles a table past two thirds full.
-  void add(const char* padded, size_t n, int32_t value) {
+  // `second`: a second id + 1 in the slot (find_two), 0 for none.
+  void add(const char* padded, size_t n, int32_t value, uint32_t second = 0) {
+    const auto len = static_cast<uint32_t>(n) | second << kLenBits;
     if (n <= 8) {
       if ((small_used_ + 1) * 3 > small_own_.size() * 2) grow(small_own_, small_, small_mask_);
-      put(Small{small_key(padded, n), value, static_cast<uint32_t>(n)});
+      put(Small{small_key(padded, n), value, len});
     } else {
       if ((large_used_ + 1) * 3 > large_own_.size() * 2) grow(large_own_, large_, large_mask_);
       const auto [k0, k1] = large_key(padded, n);
-      put(Large{k0, k1, value, static_cast<uint32_t>(n)});
+      put(Large{k0, k1, value, len});
     }
   }
 
  private:
+  // The slot of the n bytes at p: (its `len` << 32) | its id, or the id -1 when there is none.
+  // kTwo: only `len`'s low 8 bits are the length (a table with second ids).
+  template <bool kTwo>
+  uint64_t lookup(const char* p, size_t n) const {
+    auto hit = [](const auto& s) { return uint64_t{s.len} << 32 | static_cast<uint32_t>(s.id); };
+    auto same_len = [n](uint32_t len) { return (kTwo ? len & ((1u << kLenBits) - 1) : len) == n; };
+    if (n <= 8) {
+      const uint64_t k = small_key(p, n);
+      for (size_t i = home(k, n, small_mask_);; i = (i + 1) & small_mask_) {
+        const Small& s = small_[i];
+        if (s.key == k && same_len(s.len)) return hit(s);
+        if (s.len == 0) return uint32_t{0xFFFFFFFF};
+      }
+    }
+    const auto [k0, k1] = large_key(p, n);
+    for (size_t i = home(mix16(k0, k1), n, large_mask_);; i = (i + 1) & large_mask_) {
+      const Large& s = large_[i];
+      if (s.k0 == k0 && s.k1 == k1 && same_len(s.len)) return hit(s);
+      if (s.len == 0) return uint32_t{0xFFFFFFFF};
+    }
+  }
+  template <bool kTwo>
+  uint64_t lookup_copy(const char* p, size_t n) const {
+    char padded[kWholeTokenMax] = {};
+    std::memcpy(padded, p, n);
+    return lookup<kTwo>(padded, n);
+  }
   static uint64_t load8(const char* p) { uint64_t v; std::memcpy(&v, p, 8); return v; }
   // The mask of a word's first n bytes, n in 1..8.
   static uint64_t low_bytes(size_t n) { return ~uint64_t{0} >> (64 - 8 * n); }
@@ -294,8 +312,9 @@ class ShortTokens {
   }
   static uint64_t mix16(uint64_t k0, uint64_t k1) { return k0 ^ (k1 * 0x9E3779B97F4A7C15ULL); }
   static size_t home(uint64_t k, size_t n, size_t mask) { return ((k + n) * 0xff51afd7ed558ccdULL >> 32) & mask; }
-  static size_t home_of(const Small& s, size_t mask) { return home(s.key, s.len, mask); }
-  static size_t home_of(const Large& s, size_t mask) { return home(mix16(s.k0, s.k1), s.len, mask); }
+  static size_t length(uint32_t len) { return len & ((1u << kLenBits) - 1); }
+  static size_t home_of(const Small& s, size_t mask) { return home(s.key, length(s.len), mask); }
+  static size_t home_of(const Large& s, size_t mask) { return home(mix16(s.k0, s.k1), length(s.len), mask); }
   // Writes an entry into the own tables at its probe's first empty slot.
   void put(const Small& e) { ++small_used_, put_into(small_own_.data(), small_mask_, e); }
   void put(const Large& e) { ++large_used_, put_into(large_own_.data(), large_mask_, e); }
@@ -334,8 +353,9 @@ class ShortTokens {
 };
 
 // A long-lived cache's table (BpeCache's comment): the model's whole tokens and the pieces of up
-// to 16 bytes met since, in one ShortTokens. A value is an id, or for a piece of several ids
-// -2 - their offset in `multi`, which holds their count and then the ids.
+// to 16 bytes met since, in one ShortTokens. A value is an id (with a second one in the slot's
+// `len` for a piece of two tokens: 73% of the pieces of several ids in OpenWebText), or for a
+// piece of three or more ids -2 - their offset in `multi`, which holds their count and then the ids.
 struct BpeCache::Seeded {
   ShortTokens table;
   std::vector<int32_t> multi;
@@ -350,12 +370,16 @@ struct BpeCache::Seeded {
     char padded[kWholeTokenMax] = {};
     std::memcpy(padded, p, n);
     int32_t value = ids[0];
-    if (count > 1) {
+    uint32_t second = 0;
+    static_assert(kMaxSymbols < (1 << (32 - ShortTokens::kLenBits)) - 1, "a second id + 1 fits above the length");
+    if (count == 2) {
+      second = static_cast<uint32_t>(ids[1]) + 1;  // in the slot: no second lookup
+    } else if (count > 1) {
       value = -2 - static_cast<int32_t>(multi.size());
       multi.push_back(static_cast<int32_t>(count));
       multi.insert(multi.end(), ids, ids + count);
     }
-    table.add(padded, n, value);
+    table.add(padded, n, value, second);
     ++added;
   }
 };
@@ -1088,26 +1112,42 @@ void Gpt2Bpe::Impl::seed(BpeCache& cache) const {
 void Gpt2Bpe::Impl::encode_seeded(std::string_view text, std::vector<int32_t>& out, BpeCache& cache) const {
   BpeCache::Seeded& seeded = *cache.seeded_;
   const char* end = text.data() + text.size();
+  // The ids of pieces found in the table go to a buffer on the stack, appended to `out` a
+  // block at a time: one push_back per piece would load and store the vector's end through
+  // memory, a chain from each piece to the next.
+  constexpr size_t kBuf = 512;
+  int32_t buf[kBuf];
+  size_t fill = 0;
+  auto flush = [&] { out.insert(out.end(), buf, buf + fill), fill = 0; };
   gpt2_pretokenize(text, [&](std::string_view piece) {
     const size_t n = piece.size();
+    if (fill > kBuf - kWholeTokenMax) flush();  // a piece of up to 16 bytes has up to 16 ids
     if (n > kWholeTokenMax) {
+      flush();
       encode_piece(piece, end, out, &cache);  // the XXH3-keyed slots, as without the seeded table
       return;
     }
     const bool room = end - piece.data() >= static_cast<ptrdiff_t>(kWholeTokenMax);
-    const int32_t v = room ? seeded.table.find(piece.data(), n) : seeded.table.find_copy(piece.data(), n);
+    const uint64_t hit = room ? seeded.table.find_two(piece.data(), n) : seeded.table.find_two_copy(piece.data(), n);
+    const auto v = static_cast<int32_t>(hit);
     if (v >= 0) {
-      out.push_back(v);
+      const auto second = static_cast<uint32_t>(hit >> (32 + ShortTokens::kLenBits));  // its id + 1, 0 for none
+      buf[fill] = v;
+      buf[fill + 1] = static_cast<int32_t>(second - 1);
+      fill += 1 + (second != 0);
     } else if (v < -1) {
       const int32_t* ids = seeded.multi.data() + (-2 - static_cast<ptrdiff_t>(v));
-      out.insert(out.end(), ids + 1, ids + 1 + ids[0]);
+      std::memcpy(buf + fill, ids + 1, static_cast<size_t>(ids[0]) * sizeof(int32_t));
+      fill += static_cast<size_t>(ids[0]);
     } else {
+      flush();
       if (seeded.added >= cache.max_entries_) seeded.seed(short_tokens, 0, 0);  // the bound: start again from the tokens
       const size_t before = out.size();
       merge(piece, out);
       seeded.add(piece.data(), n, out.data() + before, out.size() - before);
     }
   });
+  flush();
 }
 
 std::vector<int32_t> Gpt2Bpe::encode_piece_reference(std::string_view piece) const {
