@@ -237,13 +237,35 @@ class ShortTokens {
   size_t large_size() const { return large_mask_ + 1; }
   // The id of the token spelled by the n bytes at p (1 to kWholeTokenMax), -1 when it is none;
   // p[0..15] must be readable.
-  int32_t find(const char* p, size_t n) const { return static_cast<int32_t>(lookup<false>(p, n)); }
+  int32_t find(const char* p, size_t n) const { return static_cast<int32_t>(probe<false>(key(p, n))); }
   // find() for a string whose 16 bytes from its start may not all be readable.
-  int32_t find_copy(const char* p, size_t n) const { return static_cast<int32_t>(lookup_copy<false>(p, n)); }
+  int32_t find_copy(const char* p, size_t n) const {
+    char padded[kWholeTokenMax] = {};
+    std::memcpy(padded, p, n);
+    return find(padded, n);
+  }
+  // A lookup in two halves, for a batch of strings whose home slots are all requested before
+  // the first is read (Impl::encode_seeded): the key, then the probe. The key's hash is not yet
+  // reduced to a slot, so it stays good when the table grows or is seeded again in between.
+  struct Key {
+    uint64_t k0, k1;  // the bytes as little-endian words, zero past n (k1 0 up to 8 bytes)
+    uint32_t hash, n;
+  };
+  static Key key(const char* p, size_t n) {  // p[0..15] readable, n in 1..kWholeTokenMax
+    if (n <= 8) {
+      const uint64_t k = small_key(p, n);
+      return {k, 0, hash(k, n), static_cast<uint32_t>(n)};
+    }
+    const auto [k0, k1] = large_key(p, n);
+    return {k0, k1, hash(mix16(k0, k1), n), static_cast<uint32_t>(n)};
+  }
+  // The address of the key's home slot, whose line a caller may request ahead of the probe.
+  const void* home_slot(const Key& k) const {
+    return k.n <= 8 ? static_cast<const void*>(small_ + (k.hash & small_mask_)) : static_cast<const void*>(large_ + (k.hash & large_mask_));
+  }
   // For a table whose slots may hold a second id (a BpeCache's copy): the slot's `len` in the
   // high 32 bits and its id in the low ones; the id -1 (and `len` 0) when the string is absent.
-  uint64_t find_two(const char* p, size_t n) const { return lookup<true>(p, n); }
-  uint64_t find_two_copy(const char* p, size_t n) const { return lookup_copy<true>(p, n); }
+  uint64_t find_two(const Key& k) const { return probe<true>(k); }
   // A writable copy of `model`'s entries (BpeCache::Seeded), in tables with room for
   // `extra_small` more strings of up to 8 bytes and `extra_large` longer ones. The entries are
   // put back in the order of their slots: in a table 2^k times the size a slot's home is its
@@ -270,32 +292,24 @@ class ShortTokens {
   }
 
  private:
-  // The slot of the n bytes at p: (its `len` << 32) | its id, or the id -1 when there is none.
+  // The slot of the key's string: (its `len` << 32) | its id, or the id -1 when there is none.
   // kTwo: only `len`'s low 8 bits are the length (a table with second ids).
   template <bool kTwo>
-  uint64_t lookup(const char* p, size_t n) const {
+  uint64_t probe(const Key& key) const {
     auto hit = [](const auto& s) { return uint64_t{s.len} << 32 | static_cast<uint32_t>(s.id); };
-    auto same_len = [n](uint32_t len) { return (kTwo ? len & ((1u << kLenBits) - 1) : len) == n; };
-    if (n <= 8) {
-      const uint64_t k = small_key(p, n);
-      for (size_t i = home(k, n, small_mask_);; i = (i + 1) & small_mask_) {
+    auto same_len = [n = key.n](uint32_t len) { return (kTwo ? len & ((1u << kLenBits) - 1) : len) == n; };
+    if (key.n <= 8) {
+      for (size_t i = key.hash & small_mask_;; i = (i + 1) & small_mask_) {
         const Small& s = small_[i];
-        if (s.key == k && same_len(s.len)) return hit(s);
+        if (s.key == key.k0 && same_len(s.len)) return hit(s);
         if (s.len == 0) return uint32_t{0xFFFFFFFF};
       }
     }
-    const auto [k0, k1] = large_key(p, n);
-    for (size_t i = home(mix16(k0, k1), n, large_mask_);; i = (i + 1) & large_mask_) {
+    for (size_t i = key.hash & large_mask_;; i = (i + 1) & large_mask_) {
       const Large& s = large_[i];
-      if (s.k0 == k0 && s.k1 == k1 && same_len(s.len)) return hit(s);
+      if (s.k0 == key.k0 && s.k1 == key.k1 && same_len(s.len)) return hit(s);
       if (s.len == 0) return uint32_t{0xFFFFFFFF};
     }
-  }
-  template <bool kTwo>
-  uint64_t lookup_copy(const char* p, size_t n) const {
-    char padded[kWholeTokenMax] = {};
-    std::memcpy(padded, p, n);
-    return lookup<kTwo>(padded, n);
   }
   static uint64_t load8(const char* p) { uint64_t v; std::memcpy(&v, p, 8); return v; }
   // The mask of a word's first n bytes, n in 1..8.
@@ -311,7 +325,8 @@ class ShortTokens {
     return cap;
   }
   static uint64_t mix16(uint64_t k0, uint64_t k1) { return k0 ^ (k1 * 0x9E3779B97F4A7C15ULL); }
-  static size_t home(uint64_t k, size_t n, size_t mask) { return ((k + n) * 0xff51afd7ed558ccdULL >> 32) & mask; }
+  static uint32_t hash(uint64_t k, size_t n) { return static_cast<uint32_t>((k + n) * 0xff51afd7ed558ccdULL >> 32); }
+  static size_t home(uint64_t k, size_t n, size_t mask) { return hash(k, n) & mask; }
   static size_t length(uint32_t len) { return len & ((1u << kLenBits) - 1); }
   static size_t home_of(const Small& s, size_t mask) { return home(s.key, length(s.len), mask); }
   static size_t home_of(const Large& s, size_t mask) { return home(mix16(s.k0, s.k1), length(s.len), mask); }
@@ -1109,45 +1124,79 @@ void Gpt2Bpe::Impl::seed(BpeCache& cache) const {
   cache.seeded_ = std::move(seeded);
 }
 
+namespace {
+// The ids of pieces found in a seeded table, gathered on the stack and appended to `out` a block
+// at a time: one push_back per piece would load and store the vector's end through memory, a
+// chain from each piece to the next.
+class IdBuffer {
+ public:
+  explicit IdBuffer(std::vector<int32_t>& out) : out_(out) {}
+  void flush() { out_.insert(out_.end(), buf_, buf_ + fill_), fill_ = 0; }
+  // Room for one piece's ids (a piece of up to 16 bytes has up to 16).
+  void make_room() {
+    if (fill_ > kSize - kWholeTokenMax) flush();
+  }
+  // The id and a second one + 1 (0: none), as a seeded slot holds them.
+  void add(int32_t id, uint32_t second) {
+    buf_[fill_] = id;
+    buf_[fill_ + 1] = static_cast<int32_t>(second - 1);
+    fill_ += 1 + (second != 0);
+  }
+  void add(const int32_t* ids, size_t n) { std::memcpy(buf_ + fill_, ids, n * sizeof(int32_t)), fill_ += n; }
+
+ private:
+  static constexpr size_t kSize = 512;
+  std::vector<int32_t>& out_;
+  int32_t buf_[kSize];
+  size_t fill_ = 0;
+};
+}  // namespace
+
+// A batch of pieces at a time: first every piece's key, its home slot's line requested, then the
+// probes. A seeded pass spends most of its time waiting on those slots (the tables are a few
+// MiB); requested together, their loads overlap instead of each miss waiting for the last.
 void Gpt2Bpe::Impl::encode_seeded(std::string_view text, std::vector<int32_t>& out, BpeCache& cache) const {
   BpeCache::Seeded& seeded = *cache.seeded_;
-  const char* end = text.data() + text.size();
-  // The ids of pieces found in the table go to a buffer on the stack, appended to `out` a
-  // block at a time: one push_back per piece would load and store the vector's end through
-  // memory, a chain from each piece to the next.
-  constexpr size_t kBuf = 512;
-  int32_t buf[kBuf];
-  size_t fill = 0;
-  auto flush = [&] { out.insert(out.end(), buf, buf + fill), fill = 0; };
-  gpt2_pretokenize(text, [&](std::string_view piece) {
-    const size_t n = piece.size();
-    if (fill > kBuf - kWholeTokenMax) flush();  // a piece of up to 16 bytes has up to 16 ids
-    if (n > kWholeTokenMax) {
-      flush();
-      encode_piece(piece, end, out, &cache);  // the XXH3-keyed slots, as without the seeded table
-      return;
+  const char* p = text.data();
+  const char* const end = p + text.size();
+  const char* ends[detail::kPieceBatch];
+  ShortTokens::Key keys[detail::kPieceBatch];
+  IdBuffer ids(out);
+  while (p < end) {
+    const size_t count = detail::scan_pieces(p, end, ends, detail::kPieceBatch);
+    for (size_t j = 0; j < count; ++j) {
+      const char* piece = j ? ends[j - 1] : p;
+      const auto n = static_cast<size_t>(ends[j] - piece);
+      if (n > kWholeTokenMax) continue;
+      char padded[kWholeTokenMax] = {};
+      if (end - piece < static_cast<ptrdiff_t>(kWholeTokenMax)) piece = static_cast<const char*>(std::memcpy(padded, piece, n));
+      keys[j] = ShortTokens::key(piece, n);
+      __builtin_prefetch(seeded.table.home_slot(keys[j]));
     }
-    const bool room = end - piece.data() >= static_cast<ptrdiff_t>(kWholeTokenMax);
-    const uint64_t hit = room ? seeded.table.find_two(piece.data(), n) : seeded.table.find_two_copy(piece.data(), n);
-    const auto v = static_cast<int32_t>(hit);
-    if (v >= 0) {
-      const auto second = static_cast<uint32_t>(hit >> (32 + ShortTokens::kLenBits));  // its id + 1, 0 for none
-      buf[fill] = v;
-      buf[fill + 1] = static_cast<int32_t>(second - 1);
-      fill += 1 + (second != 0);
-    } else if (v < -1) {
-      const int32_t* ids = seeded.multi.data() + (-2 - static_cast<ptrdiff_t>(v));
-      std::memcpy(buf + fill, ids + 1, static_cast<size_t>(ids[0]) * sizeof(int32_t));
-      fill += static_cast<size_t>(ids[0]);
-    } else {
-      flush();
-      if (seeded.added >= cache.max_entries_) seeded.seed(short_tokens, 0, 0);  // the bound: start again from the tokens
-      const size_t before = out.size();
-      merge(piece, out);
-      seeded.add(piece.data(), n, out.data() + before, out.size() - before);
+    for (size_t j = 0; j < count; p = ends[j++]) {
+      const std::string_view piece(p, static_cast<size_t>(ends[j] - p));
+      ids.make_room();
+      if (piece.size() > kWholeTokenMax) {
+        ids.flush();
+        encode_piece(piece, end, out, &cache);  // the XXH3-keyed slots, as without the seeded table
+        continue;
+      }
+      const uint64_t hit = seeded.table.find_two(keys[j]);
+      if (const auto v = static_cast<int32_t>(hit); v >= 0) {
+        ids.add(v, static_cast<uint32_t>(hit >> (32 + ShortTokens::kLenBits)));
+      } else if (v < -1) {
+        const int32_t* several = seeded.multi.data() + (-2 - static_cast<ptrdiff_t>(v));
+        ids.add(several + 1, static_cast<size_t>(several[0]));
+      } else {
+        ids.flush();
+        if (seeded.added >= cache.max_entries_) seeded.seed(short_tokens, 0, 0);  // the bound: start again from the tokens
+        const size_t before = out.size();
+        merge(piece, out);
+        seeded.add(piece.data(), piece.size(), out.data() + before, out.size() - before);
+      }
     }
-  });
-  flush();
+  }
+  ids.flush();
 }
 
 std::vector<int32_t> Gpt2Bpe::encode_piece_reference(std::string_view piece) const {
