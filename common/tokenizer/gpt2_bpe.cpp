@@ -542,6 +542,12 @@ struct Gpt2Bpe::Impl {
   void bpe_leftmost(const int32_t* init, size_t n, std::vector<int32_t>& out) const;
   void bpe_heap(const int32_t* init, size_t n, std::vector<int32_t>& out) const;
   void encode_piece(std::string_view piece, const char* readable, std::vector<int32_t>& out, BpeCache* cache) const;
+  // A piece that is no whole token: its ids from `cache` or by merging (and then into `cache`).
+  void encode_rare(std::string_view piece, std::vector<int32_t>& out, BpeCache* cache) const;
+  // The pieces of `text` a batch at a time (encode_batches' comment in gpt2_bpe.cpp).
+  template <typename OnMiss>
+  void encode_batches(std::string_view text, const ShortTokens& table, const std::vector<int32_t>* multi, std::vector<int32_t>& out,
+                      BpeCache* cache, OnMiss&& on_miss) const;
   // The piece's ids by merging its bytes (bpe_leftmost, bpe_heap or bpe_short).
   void merge(std::string_view piece, std::vector<int32_t>& out) const;
   // Seeds `cache` (BpeCache's comment): a copy of the whole tokens, and the pieces of up to 16
@@ -1082,6 +1088,10 @@ void Gpt2Bpe::Impl::encode_piece(std::string_view piece, const char* readable, s
       return;
     }
   }
+  encode_rare(piece, out, cache);
+}
+
+void Gpt2Bpe::Impl::encode_rare(std::string_view piece, std::vector<int32_t>& out, BpeCache* cache) const {
   const bool cacheable = cache && piece.size() <= kShortPiece;
   const uint64_t h = cacheable ? BpeCache::hash(piece) : 0;
   if (cacheable && cache->find(piece, h, out)) return;
@@ -1152,11 +1162,15 @@ class IdBuffer {
 };
 }  // namespace
 
-// A batch of pieces at a time: first every piece's key, its home slot's line requested, then the
-// probes. A seeded pass spends most of its time waiting on those slots (the tables are a few
-// MiB); requested together, their loads overlap instead of each miss waiting for the last.
-void Gpt2Bpe::Impl::encode_seeded(std::string_view text, std::vector<int32_t>& out, BpeCache& cache) const {
-  BpeCache::Seeded& seeded = *cache.seeded_;
+// A batch of pieces at a time (the pre-tokenizer's 64): first every piece's key, its home slot's
+// line requested, then the probes. Most of a pass waits on those slots (a few MiB of tables);
+// requested together, their loads overlap instead of each miss waiting for the last. `table`: the
+// model's whole tokens, or a seeded cache's table, whose slots also hold a second id and whose
+// pieces of three ids or more are in `multi`. A piece of up to 16 bytes that `table` lacks goes to
+// on_miss(piece), which appends its ids to `out`; a longer one to encode_rare.
+template <typename OnMiss>
+void Gpt2Bpe::Impl::encode_batches(std::string_view text, const ShortTokens& table, const std::vector<int32_t>* multi,
+                                   std::vector<int32_t>& out, BpeCache* cache, OnMiss&& on_miss) const {
   const char* p = text.data();
   const char* const end = p + text.size();
   const char* ends[detail::kPieceBatch];
@@ -1171,32 +1185,35 @@ void Gpt2Bpe::Impl::encode_seeded(std::string_view text, std::vector<int32_t>& o
       char padded[kWholeTokenMax] = {};
       if (end - piece < static_cast<ptrdiff_t>(kWholeTokenMax)) piece = static_cast<const char*>(std::memcpy(padded, piece, n));
       keys[j] = ShortTokens::key(piece, n);
-      __builtin_prefetch(seeded.table.home_slot(keys[j]));
+      __builtin_prefetch(table.home_slot(keys[j]));
     }
     for (size_t j = 0; j < count; p = ends[j++]) {
       const std::string_view piece(p, static_cast<size_t>(ends[j] - p));
       ids.make_room();
-      if (piece.size() > kWholeTokenMax) {
-        ids.flush();
-        encode_piece(piece, end, out, &cache);  // the XXH3-keyed slots, as without the seeded table
-        continue;
-      }
-      const uint64_t hit = seeded.table.find_two(keys[j]);
+      const uint64_t hit = piece.size() > kWholeTokenMax ? uint32_t{0xFFFFFFFF} : table.find_two(keys[j]);
       if (const auto v = static_cast<int32_t>(hit); v >= 0) {
         ids.add(v, static_cast<uint32_t>(hit >> (32 + ShortTokens::kLenBits)));
       } else if (v < -1) {
-        const int32_t* several = seeded.multi.data() + (-2 - static_cast<ptrdiff_t>(v));
+        const int32_t* several = multi->data() + (-2 - static_cast<ptrdiff_t>(v));
         ids.add(several + 1, static_cast<size_t>(several[0]));
       } else {
         ids.flush();
-        if (seeded.added >= cache.max_entries_) seeded.seed(short_tokens, 0, 0);  // the bound: start again from the tokens
-        const size_t before = out.size();
-        merge(piece, out);
-        seeded.add(piece.data(), piece.size(), out.data() + before, out.size() - before);
+        if (piece.size() > kWholeTokenMax) encode_rare(piece, out, cache);
+        else on_miss(piece);
       }
     }
   }
   ids.flush();
+}
+
+void Gpt2Bpe::Impl::encode_seeded(std::string_view text, std::vector<int32_t>& out, BpeCache& cache) const {
+  BpeCache::Seeded& seeded = *cache.seeded_;
+  encode_batches(text, seeded.table, &seeded.multi, out, &cache, [&](std::string_view piece) {
+    if (seeded.added >= cache.max_entries_) seeded.seed(short_tokens, 0, 0);  // the bound: start again from the tokens
+    const size_t before = out.size();
+    merge(piece, out);
+    seeded.add(piece.data(), piece.size(), out.data() + before, out.size() - before);
+  });
 }
 
 std::vector<int32_t> Gpt2Bpe::encode_piece_reference(std::string_view piece) const {
@@ -1206,14 +1223,14 @@ std::vector<int32_t> Gpt2Bpe::encode_piece_reference(std::string_view piece) con
 }
 
 void Gpt2Bpe::encode(std::string_view text, std::vector<int32_t>& out, BpeCache* cache) const {
-  const char* end = text.data() + text.size();
   cache = impl_->own_cache(cache);
   if (cache) {
     cache->served_ += text.size();
     if (!cache->seeded_ && cache->served_ >= cache->seed_after_) impl_->seed(*cache);
     if (cache->seeded_) return impl_->encode_seeded(text, out, *cache);
   }
-  gpt2_pretokenize(text, [&](std::string_view piece) { impl_->encode_piece(piece, end, out, cache); });
+  impl_->encode_batches(text, impl_->short_tokens, nullptr, out, cache,
+                        [&](std::string_view piece) { impl_->encode_rare(piece, out, cache); });
 }
 
 std::string Gpt2Bpe::decode_bytes(const std::vector<int32_t>& ids) const {
