@@ -237,7 +237,7 @@ class ShortTokens {
   size_t large_size() const { return large_mask_ + 1; }
   // The id of the token spelled by the n bytes at p (1 to kWholeTokenMax), -1 when it is none;
   // p[0..15] must be readable.
-  int32_t find(const char* p, size_t n) const { return static_cast<int32_t>(probe<false>(key(p, n))); }
+  int32_t find(const char* p, size_t n) const { return static_cast<int32_t>(find_two(key(p, n))); }
   // find() for a string whose 16 bytes from its start may not all be readable.
   int32_t find_copy(const char* p, size_t n) const {
     char padded[kWholeTokenMax] = {};
@@ -245,7 +245,7 @@ class ShortTokens {
     return find(padded, n);
   }
   // A lookup in two halves, for a batch of strings whose home slots are all requested before
-  // the first is read (Impl::encode_seeded): the key, then the probe. The key's hash is not yet
+  // the first is read (Impl::encode_batches): the key, then the probe. The key's hash is not yet
   // reduced to a slot, so it stays good when the table grows or is seeded again in between.
   struct Key {
     uint64_t k0, k1;  // the bytes as little-endian words, zero past n (k1 0 up to 8 bytes)
@@ -263,9 +263,23 @@ class ShortTokens {
   const void* home_slot(const Key& k) const {
     return k.n <= 8 ? static_cast<const void*>(small_ + (k.hash & small_mask_)) : static_cast<const void*>(large_ + (k.hash & large_mask_));
   }
-  // For a table whose slots may hold a second id (a BpeCache's copy): the slot's `len` in the
-  // high 32 bits and its id in the low ones; the id -1 (and `len` 0) when the string is absent.
-  uint64_t find_two(const Key& k) const { return probe<true>(k); }
+  // The slot's `len` in the high 32 bits (with a second id in a BpeCache's copy) and its id in
+  // the low ones; the id -1 (and `len` 0) when the string is absent.
+  uint64_t find_two(const Key& key) const {
+    auto hit = [](const auto& s) { return uint64_t{s.len} << 32 | static_cast<uint32_t>(s.id); };
+    if (key.n <= 8) {
+      for (size_t i = key.hash & small_mask_;; i = (i + 1) & small_mask_) {
+        const Small& s = small_[i];
+        if (s.key == key.k0 && length(s.len) == key.n) return hit(s);
+        if (s.len == 0) return uint32_t{0xFFFFFFFF};
+      }
+    }
+    for (size_t i = key.hash & large_mask_;; i = (i + 1) & large_mask_) {
+      const Large& s = large_[i];
+      if (s.k0 == key.k0 && s.k1 == key.k1 && length(s.len) == key.n) return hit(s);
+      if (s.len == 0) return uint32_t{0xFFFFFFFF};
+    }
+  }
   // A writable copy of `model`'s entries (BpeCache::Seeded), in tables with room for
   // `extra_small` more strings of up to 8 bytes and `extra_large` longer ones. The entries are
   // put back in the order of their slots: in a table 2^k times the size a slot's home is its
@@ -281,36 +295,17 @@ class ShortTokens {
   // `second`: a second id + 1 in the slot (find_two), 0 for none.
   void add(const char* padded, size_t n, int32_t value, uint32_t second = 0) {
     const auto len = static_cast<uint32_t>(n) | second << kLenBits;
+    const Key k = key(padded, n);
     if (n <= 8) {
       if ((small_used_ + 1) * 3 > small_own_.size() * 2) grow(small_own_, small_, small_mask_);
-      put(Small{small_key(padded, n), value, len});
+      put(Small{k.k0, value, len});
     } else {
       if ((large_used_ + 1) * 3 > large_own_.size() * 2) grow(large_own_, large_, large_mask_);
-      const auto [k0, k1] = large_key(padded, n);
-      put(Large{k0, k1, value, len});
+      put(Large{k.k0, k.k1, value, len});
     }
   }
 
  private:
-  // The slot of the key's string: (its `len` << 32) | its id, or the id -1 when there is none.
-  // kTwo: only `len`'s low 8 bits are the length (a table with second ids).
-  template <bool kTwo>
-  uint64_t probe(const Key& key) const {
-    auto hit = [](const auto& s) { return uint64_t{s.len} << 32 | static_cast<uint32_t>(s.id); };
-    auto same_len = [n = key.n](uint32_t len) { return (kTwo ? len & ((1u << kLenBits) - 1) : len) == n; };
-    if (key.n <= 8) {
-      for (size_t i = key.hash & small_mask_;; i = (i + 1) & small_mask_) {
-        const Small& s = small_[i];
-        if (s.key == key.k0 && same_len(s.len)) return hit(s);
-        if (s.len == 0) return uint32_t{0xFFFFFFFF};
-      }
-    }
-    for (size_t i = key.hash & large_mask_;; i = (i + 1) & large_mask_) {
-      const Large& s = large_[i];
-      if (s.k0 == key.k0 && s.k1 == key.k1 && same_len(s.len)) return hit(s);
-      if (s.len == 0) return uint32_t{0xFFFFFFFF};
-    }
-  }
   static uint64_t load8(const char* p) { uint64_t v; std::memcpy(&v, p, 8); return v; }
   // The mask of a word's first n bytes, n in 1..8.
   static uint64_t low_bytes(size_t n) { return ~uint64_t{0} >> (64 - 8 * n); }
@@ -1135,7 +1130,7 @@ void Gpt2Bpe::Impl::seed(BpeCache& cache) const {
 }
 
 namespace {
-// The ids of pieces found in a seeded table, gathered on the stack and appended to `out` a block
+// The ids of pieces found in a ShortTokens table, gathered on the stack and appended to `out` a block
 // at a time: one push_back per piece would load and store the vector's end through memory, a
 // chain from each piece to the next.
 class IdBuffer {
