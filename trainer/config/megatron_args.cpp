@@ -147,6 +147,9 @@ std::map<std::string, Spec> specs() {
   flag("--overlap-grad-reduce", &TrainArgs::overlap_grad_reduce,
        "Megatron's overlap of the gradient reduction with backward, which zerolm always does (per bucket); with "
        "--use-distributed-optimizer --ckpt-format torch, distrib_optim.pt gets Megatron-LM's buckets for this flag");
+  no_flag("--no-gradient-accumulation-fusion", &TrainArgs::gradient_accumulation_fusion,
+          "16-bit training at ZeRO 0-1: the linear layers' backward makes 16-bit weight gradients that are then added to the "
+          "fp32 ones, instead of adding into them inside the GEMM (Megatron's gradient-accumulation fusion, the default)");
   i64("--ddp-bucket-size", &TrainArgs::ddp_bucket_size,
       "Megatron's gradient bucket size in numbers (with --overlap-grad-reduce; default max(4e7, 1e6 x data-parallel size)): "
       "zerolm's buckets are one per transformer block; this sets distrib_optim.pt's, as Megatron-LM lays them out");

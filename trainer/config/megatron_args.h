@@ -95,6 +95,7 @@ struct TrainArgs {
   // Megatron's gradient-reduction overlap and bucket size (numbers; 0: Megatron's default). zerolm
   // always reduces per bucket during backward; these shape distrib_optim.pt's buckets as Megatron-LM's.
   bool overlap_grad_reduce = false;
+  bool gradient_accumulation_fusion = true;  // Megatron's default; --no-gradient-accumulation-fusion
   int64_t ddp_bucket_size = 0;
   bool cpu_offload = false;     // fp32 master weights and Adam moments in CPU memory
   bool offload_params = false;  // stage 3: parameter shards in CPU memory too

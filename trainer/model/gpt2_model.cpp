@@ -81,8 +81,8 @@ LayerParamsImpl::LayerParamsImpl(const std::vector<int64_t>& weight_shape, int64
   if (bias_size > 0) bias = register_parameter("bias", make({bias_size}));
 }
 
-Gpt2BlockImpl::Gpt2BlockImpl(const Gpt2Config& c, const TensorParallel* tp, ParamInit init)
-    : tp_(tp), heads_(c.heads / tp->size), hidden_dropout_(c.hidden_dropout), attention_dropout_(c.attention_dropout),
+Gpt2BlockImpl::Gpt2BlockImpl(const Gpt2Config& c, const TensorParallel* tp, ParamInit init, const MainGrads* main)
+    : tp_(tp), main_grads_(main), heads_(c.heads / tp->size), hidden_dropout_(c.hidden_dropout), attention_dropout_(c.attention_dropout),
       gelu_(c.erf_gelu ? "none" : "tanh") {
   const int64_t C = c.hidden, n = tp->size;
   auto linear = [&](const char* name, int64_t in, int64_t out) { return register_module(name, LayerParams(std::vector<int64_t>{out, in}, out, init)); };
@@ -110,9 +110,11 @@ torch::Tensor Gpt2BlockImpl::compute(const torch::Tensor& x) {
   auto enter = [&](const torch::Tensor& h) { return sp ? gather_from_sp(h, tp) : copy_to_tp(h, tp); };    // into a split region
   auto leave = [&](const torch::Tensor& h) { return sp ? reduce_scatter_to_sp(h, tp) : reduce_from_tp(h, tp); };  // out of it
 
-  // at::linear, not the C++ frontend's F::linear (which is matmul + add above 2-D): ATen folds (B, T, C)
-  // into one GEMM that adds the bias (addmm; cuBLASLt's bias epilogue, the bias gradient with the weight's).
-  auto qkv = at::linear(enter(norm(ln1, x)), attn_qkv->weight, attn_qkv->bias);  // (B, T, 3 * heads * hs), [q | k | v] by head
+  // at::linear (through fused_linear, which adds the gradients into fp32 buffers when the engine has
+  // registered them), not the C++ frontend's F::linear (which is matmul + add above 2-D): ATen folds
+  // (B, T, C) into one GEMM that adds the bias (addmm; cuBLASLt's bias epilogue).
+  auto linear = [&](const torch::Tensor& in, const torch::Tensor& w, const torch::Tensor& b) { return fused_linear(in, w, b, main_grads_); };
+  auto qkv = linear(enter(norm(ln1, x)), attn_qkv->weight, attn_qkv->bias);  // (B, T, 3 * heads * hs), [q | k | v] by head
   const int64_t B = qkv.size(0), T = qkv.size(1), hs = qkv.size(2) / (3 * heads_);
   // unbind, not qkv[0..2]: each select's backward would zero-fill a qkv-sized gradient and add the three.
   // Unbound at qkv's own dimension 2 and transposed after: the backward stacks the three gradients
@@ -130,11 +132,11 @@ torch::Tensor Gpt2BlockImpl::compute(const torch::Tensor& x) {
   // A row-parallel layer: its bias is added once, after the partial products are summed over TP; on one
   // rank, by the GEMM.
   auto row_parallel = [&](const torch::Tensor& in, LayerParams& p) {
-    return tp.active() ? leave(torch::matmul(in, p->weight.t())) + p->bias : at::linear(in, p->weight, p->bias);
+    return tp.active() ? leave(linear(in, p->weight, torch::Tensor())) + p->bias : linear(in, p->weight, p->bias);
   };
   auto o = row_parallel(y, attn_proj);
   auto h = x + drop(o, hidden_dropout_, is_training());
-  auto f = F::gelu(at::linear(enter(norm(ln2, h)), mlp_fc->weight, mlp_fc->bias), F::GELUFuncOptions().approximate(gelu_));
+  auto f = F::gelu(linear(enter(norm(ln2, h)), mlp_fc->weight, mlp_fc->bias), F::GELUFuncOptions().approximate(gelu_));
   auto m = row_parallel(f, mlp_proj);
   return h + drop(m, hidden_dropout_, is_training());
 }
@@ -198,7 +200,7 @@ Gpt2Impl::Gpt2Impl(const Gpt2Config& c, ModelPart part, ParamInit init) : config
     for (int64_t l : chunk) {
       chunk_blocks_.back().push_back(layers_.size());
       layers_.push_back(l);
-      blocks->push_back(Gpt2Block(c, &part_.tp, init));
+      blocks->push_back(Gpt2Block(c, &part_.tp, init, &main_grads_));
     }
   }
   if (part_.post) ln_f = register_module("ln_f", LayerParams(std::vector<int64_t>{c.hidden}, c.hidden, init));

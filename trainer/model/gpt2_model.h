@@ -46,6 +46,7 @@
 #include <string>
 #include <vector>
 
+#include "trainer/model/fused_linear.h"
 #include "trainer/model/tensor_parallel.h"
 
 namespace zlm::trainer {
@@ -118,7 +119,8 @@ struct ModelPart {
 
 class Gpt2BlockImpl : public torch::nn::Module {
  public:
-  Gpt2BlockImpl(const Gpt2Config& c, const TensorParallel* tp, ParamInit init);
+  // main: the fp32 gradient buffers its linear layers' backward adds into (trainer/model/fused_linear.h).
+  Gpt2BlockImpl(const Gpt2Config& c, const TensorParallel* tp, ParamInit init, const MainGrads* main = nullptr);
   torch::Tensor forward(const torch::Tensor& x);  // (B, T or T/TP, C) -> the same
   const TensorParallel& tp() const { return *tp_; }
   LayerParams ln1{nullptr}, ln2{nullptr};                                     // LayerNorm: weight, bias (C)
@@ -127,6 +129,7 @@ class Gpt2BlockImpl : public torch::nn::Module {
  private:
   torch::Tensor compute(const torch::Tensor& x);
   const TensorParallel* tp_;
+  const MainGrads* main_grads_;
   int64_t heads_;  // on this rank
   double hidden_dropout_, attention_dropout_;
   const char* gelu_;  // F::gelu's approximate: "tanh" or "none" (erf)
@@ -182,8 +185,12 @@ class Gpt2Impl : public torch::nn::Module {
   LayerParams wte{nullptr}, wpe{nullptr};  // Embedding: weight (rows, C)
   torch::nn::ModuleList blocks{nullptr};
   LayerParams ln_f{nullptr};
+  // Where the blocks' linear layers add their gradients in backward, when the
+  // ZeRO engine registers fp32 buffers (Megatron's gradient-accumulation fusion).
+  MainGrads& main_grads() { return main_grads_; }
 
  private:
+  MainGrads main_grads_;
   Gpt2Config config_;
   ModelPart part_;
   ParamInit init_;

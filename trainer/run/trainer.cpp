@@ -421,6 +421,7 @@ void Trainer::build_model() {
   ZeroConfig z{.plan = cfg_.zero, .param_dtype = pl_.param_dtype(), .grad_dtype = pl_.grad_dtype, .beta1 = a_.adam_beta1,
                .beta2 = a_.adam_beta2, .eps = a_.adam_eps, .weight_decay = a_.weight_decay};
   if (cfg_.offload_chunk > 0) z.offload_chunk = cfg_.offload_chunk;
+  z.fuse_wgrad = a_.gradient_accumulation_fusion;
   if (z.delayed())
     ZLM_LOG_INF(" > delayed parameter update after %ld synchronous steps: each CPU AdamW step overlaps the next forward/backward, whose "
                 "gradients are one update stale; evaluations, checkpoints and --log-params-norm wait for it", (long)z.plan.delayed_update_after);

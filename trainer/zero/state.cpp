@@ -27,6 +27,16 @@ ZeroState::ZeroState(Gpt2& model, const ZeroConfig& c, const ZeroLayout& lay, co
     make_gradients(k, b >= first_own);
     make_optimizer_state(k);
   }
+  if (main_grad && cfg.fuse_wgrad) {
+    fused = &model->main_grads();
+    fused->claim(this);
+    for (Bucket& k : buckets)
+      for (size_t i = 0; i < k.slots.size(); ++i) fused->set(k.params[i], k.view(k.flat_grad, i));
+  }
+}
+
+ZeroState::~ZeroState() {
+  if (fused) fused->release(this);  // the buffers go with the state; the model falls back to at::linear
 }
 
 // Parameters: one flat buffer, or at stage 3 only this rank's shard of it,

@@ -58,6 +58,10 @@ struct ZeroConfig {
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.01;
   int64_t align = 64;                    // elements; shards start on 256-byte boundaries
   int64_t offload_chunk = 16 * 1048576;  // elements per CPU AdamW chunk
+  // Megatron's gradient-accumulation fusion: with main gradients (below), the
+  // model's linear layers add their gradients into them in backward
+  // (trainer/model/fused_linear.h) instead of the hook.
+  bool fuse_wgrad = false;
   bool delayed() const { return plan.delayed_update_after >= 0; }
 };
 
@@ -105,6 +109,9 @@ class ZeroState {
   // model's are deferred). Costs the plan's bytes; the largest transient is
   // one parameter's fp32 value.
   ZeroState(Gpt2& model, const ZeroConfig& cfg, const ZeroLayout& layout, const torch::Device& device);
+  ~ZeroState();
+  ZeroState(const ZeroState&) = delete;
+  ZeroState& operator=(const ZeroState&) = delete;
 
   std::vector<Bucket> buckets;
   const ZeroConfig& cfg;
@@ -114,6 +121,9 @@ class ZeroState {
   // Unsharded gradients of another dtype than the parameters: param.grad
   // cannot be a view of the bucket; a hook adds it in (Megatron's main_grad).
   bool main_grad = false;
+  // With ZeroConfig::fuse_wgrad and main gradients: the model's registry of
+  // them, whose parameters' hooks add nothing the backward already added.
+  MainGrads* fused = nullptr;
   // Whether reduce_grads leaves the loss-scale and averaging factor to the
   // norm and the step (applied in fp32): for 16-bit gradients, and for those
   // that go to the host as soon as they are reduced.

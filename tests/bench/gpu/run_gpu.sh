@@ -6,8 +6,10 @@
 # fails or is cut off still leaves what it measured.
 #   0  the machine: GPU name and peak, nvcc, Python.h (torch.compile needs it), the
 #      build (carried or made here), the label-gpu tests (the fused loss's kernel)
-#   1  GPT-2 124M, bf16, seq 1024: pretrain_gpt and the plain PyTorch loop, eager
-#   2  124M with torch.compile; 345M pretrain_gpt
+#   1  GPT-2 124M, bf16, seq 1024: pretrain_gpt with and without the gradient-
+#      accumulation fusion, the plain PyTorch loop under torch.compile, pretrain_gpt
+#      again, PyTorch eager
+#   2  345M pretrain_gpt
 #   3  345M PyTorch eager and torch.compile
 #   4  GPT-2 1.5B without offload (one GPU, activation checkpointing, then without)
 #   5  ZeRO-3 + CPU offload (optimizer and parameters): the largest GPT-2 shape
@@ -160,11 +162,16 @@ case $PART in
   fi
   ;;
 1)
-  ours gpt2_124m "${S124[@]}" 240; row "GPT-2 124M" "zerolm pretrain_gpt" "$OUT/logs/gpt2_124m.jsonl" "${S124[0]}" "${S124[1]}"
-  base py_124m "${S124[@]}" 240; row "GPT-2 124M" "PyTorch eager" "$OUT/logs/py_124m.jsonl" "${S124[0]}" "${S124[1]}"
+  # The target first, side by side: ours with and without Megatron's gradient-accumulation
+  # fusion against torch.compile; then ours again (the spread between runs), and PyTorch eager.
+  ours gpt2_124m "${S124[@]}" 90; row "GPT-2 124M" "zerolm pretrain_gpt" "$OUT/logs/gpt2_124m.jsonl" "${S124[0]}" "${S124[1]}"
+  ours gpt2_124m_unfused "${S124[@]}" 90 --no-gradient-accumulation-fusion
+  row "GPT-2 124M" "zerolm pretrain_gpt --no-gradient-accumulation-fusion" "$OUT/logs/gpt2_124m_unfused.jsonl" "${S124[0]}" "${S124[1]}"
+  compiled pyc_124m "GPT-2 124M" "${S124[@]}" 200
+  ours gpt2_124m_again "${S124[@]}" 90; row "GPT-2 124M" "zerolm pretrain_gpt (again)" "$OUT/logs/gpt2_124m_again.jsonl" "${S124[0]}" "${S124[1]}"
+  base py_124m "${S124[@]}" 90; row "GPT-2 124M" "PyTorch eager" "$OUT/logs/py_124m.jsonl" "${S124[0]}" "${S124[1]}"
   ;;
 2)
-  compiled pyc_124m "GPT-2 124M" "${S124[@]}" 300
   ours gpt2_345m "${S345[@]}" 220; row "GPT-2 345M" "zerolm pretrain_gpt" "$OUT/logs/gpt2_345m.jsonl" "${S345[0]}" "${S345[1]}"
   ;;
 3)

@@ -23,7 +23,7 @@ summary=$OUT/summary.md
 echo "# GPU session $(date -u +%FT%TZ): $(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null | head -1)" > "$summary"
 left() { echo $(( BUDGET - (SECONDS - START) )); }
 # Each part's share of the budget (seconds): it starts only if that much is left.
-declare -A NEED=([t]=${NEED_T:-220} [0]=60 [1]=100 [2]=150 [3]=150 [4]=120 [5]=240 [6]=120 [7]=60 [8]=150 [9]=120)
+declare -A NEED=([t]=${NEED_T:-220} [0]=60 [1]=240 [2]=60 [3]=150 [4]=120 [5]=240 [6]=120 [7]=60 [8]=150 [9]=120)
 
 # llm.c, built beside the rest.
 if [[ -f .llmc/train_gpt2.cu ]]; then
