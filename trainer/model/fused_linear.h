@@ -5,13 +5,14 @@
 // those buffers instead of handing autograd 16-bit gradients that a hook then
 // adds. On CUDA the weight gradient is one GEMM with 16-bit inputs and an fp32
 // output that is also its addend (beta = 1: no 16-bit gradient is written or
-// read, and the sum keeps fp32's bits); elsewhere the backward computes what
+// read, and the sum keeps fp32's bits), and the bias gradient one with a row of
+// ones (the column sums); elsewhere the backward computes what
 // autograd's linear backward would, in the parameters' dtype, and adds it, so
 // CPU runs take the same path with the same numbers as without the fusion.
 //
 // The ZeRO engine registers every parameter's fp32 buffer (MainGrads::set) and
 // its gradient hook asks take_added() whether the backward already added it:
-// autograd still gets a gradient for the weight (uninitialised, never read),
+// autograd still gets gradients for the weight and bias (uninitialised, never read),
 // so its accumulator and the hook run as before, on the thread they ran on.
 #pragma once
 
