@@ -19,8 +19,9 @@ for part in 0 1 2 3 4 5 6 7 8 9; do
   if grep -q 'failed' "$table"; then echo "FAIL: part $part has a failed row"; tail -n 5 "$out/$part/logs/"*.log; exit 1; fi
 done
 grep -q 'label gpu tests | built' "$out/0/gpu_bench.md"
-[[ $(grep -c '^| GPT-2 124M' "$out/1/gpu_bench.md") == 2 ]]
-grep -q '^| GPT-2 124M.*torch.compile\|^| GPT-2 124M.*skipped: no Python.h' "$out/2/gpu_bench.md"
+[[ $(grep -c '^| GPT-2 124M' "$out/1/gpu_bench.md") == 5 ]]
+grep -q '^| GPT-2 124M.*--no-gradient-accumulation-fusion' "$out/1/gpu_bench.md"
+grep -q '^| GPT-2 124M.*torch.compile\|^| GPT-2 124M.*skipped: no Python.h' "$out/1/gpu_bench.md"
 grep -q '^| GPT-2 345M.*zerolm' "$out/2/gpu_bench.md"
 [[ $(grep -c '^| GPT-2 345M' "$out/3/gpu_bench.md") == 2 ]]
 grep -q '1.5B' "$out/4/gpu_bench.md"
