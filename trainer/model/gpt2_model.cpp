@@ -7,6 +7,7 @@
 
 #include "common/core/error.h"
 #include "trainer/model/autograd_handle.h"
+#include "trainer/model/fused_layer_norm.h"
 
 namespace zlm::trainer {
 
@@ -106,7 +107,7 @@ torch::Tensor Gpt2BlockImpl::compute(const torch::Tensor& x) {
   // Replicated parameters used on sequence chunks get different gradients on
   // each TP rank (tp_partial_grad): the ZeRO engine sums them over TP once
   // before their reduction, as Megatron does after backward.
-  auto norm = [&](LayerParams& ln, const torch::Tensor& in) { return at::layer_norm(in, {in.size(-1)}, ln->weight, ln->bias, 1e-5); };
+  auto norm = [&](LayerParams& ln, const torch::Tensor& in) { return fused_layer_norm(in, ln->weight, ln->bias, 1e-5, main_grads_); };
   auto enter = [&](const torch::Tensor& h) { return sp ? gather_from_sp(h, tp) : copy_to_tp(h, tp); };    // into a split region
   auto leave = [&](const torch::Tensor& h) { return sp ? reduce_scatter_to_sp(h, tp) : reduce_from_tp(h, tp); };  // out of it
 
