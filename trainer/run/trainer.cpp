@@ -224,7 +224,10 @@ class Trainer {
   void build_model();
   void report_memory_plan();
   StageFns stage_fns(const SampleSource& src, int64_t consumed, double loss_grad_scale);
+  torch::Tensor loss_figures(const torch::Tensor& loss_sum, int64_t micro_batches, double vote);
   double mean_loss(const torch::Tensor& loss_sum, int64_t micro_batches, bool* stop = nullptr);
+  torch::Tensor clip_coefficient(const torch::Tensor& norm) const;
+  torch::Tensor skip_flag(const torch::Tensor& norm, const torch::Tensor& figures) const;
   bool any_rank_stopping();
   [[noreturn]] void stop_on_signal(bool saved = false);
   void summary();  // rank 0: the stats table (unless -q) and --stats-out
@@ -525,23 +528,46 @@ StageFns Trainer::stage_fns(const SampleSource& src, int64_t consumed, double lo
   return f;
 }
 
-// The mean over data-parallel ranks of a last-stage loss sum (every rank calls
-// it). With `stop`, the same reduction counts the ranks that received SIGTERM or
-// SIGINT, so that all of them agree to stop after the same iteration.
+// [loss sum, micro-batches, stop votes], each summed over the ranks (every
+// rank calls it), on the device and not read: the last stage's tensor-parallel
+// rank 0 counts the loss, and each rank that received SIGTERM or SIGINT votes,
+// so that all of them agree to stop after the same iteration.
+torch::Tensor Trainer::loss_figures(const torch::Tensor& loss_sum, int64_t micro_batches, double vote) {
+  const bool counts = world_->world() == 1 || (grid_->last_stage() && grid_->tp_rank() == 0);
+  const auto dbl = torch::TensorOptions().dtype(torch::kDouble).device(pl_.device);
+  auto t = torch::stack({counts ? loss_sum.to(dbl).reshape({}) : torch::zeros({}, dbl),
+                         torch::full({}, counts ? static_cast<double>(micro_batches) : 0.0, dbl), torch::full({}, vote, dbl)});
+  if (world_->world() > 1) world_->all_reduce_sum(t);
+  return t;
+}
+
+// The mean over data-parallel ranks of a last-stage loss sum, read (every rank
+// calls it); with `stop`, whether any rank is stopping (loss_figures).
 double Trainer::mean_loss(const torch::Tensor& loss_sum, int64_t micro_batches, bool* stop) {
-  const bool counts = grid_->last_stage() && grid_->tp_rank() == 0;
   const double vote = stop && g_stop_signal.load() != 0 ? 1.0 : 0.0;
-  if (world_->world() == 1) {
-    if (stop) *stop = vote > 0;
-    return loss_sum.item<double>() / static_cast<double>(micro_batches);
-  }
-  auto t = torch::stack({counts ? loss_sum.to(torch::kDouble).reshape({}) : torch::zeros({}, torch::kDouble).to(pl_.device),
-                         torch::full({}, counts ? static_cast<double>(micro_batches) : 0.0, torch::kDouble).to(pl_.device),
-                         torch::full({}, vote, torch::kDouble).to(pl_.device)});
-  world_->all_reduce_sum(t);
-  t = t.cpu();
+  const torch::Tensor t = loss_figures(loss_sum, micro_batches, vote).cpu();
   if (stop) *stop = t[2].item<double>() > 0;
   return t[0].item<double>() / t[1].item<double>();
+}
+
+// Megatron's clipping factor min(1, clip / (norm + 1e-6)), in double on the
+// norm's device: as std::min, 1 where the ratio is NaN; 1 without clipping.
+torch::Tensor Trainer::clip_coefficient(const torch::Tensor& norm) const {
+  const torch::Tensor one = torch::ones_like(norm);
+  if (a_.clip_grad <= 0) return one;
+  const torch::Tensor ratio = torch::full_like(norm, a_.clip_grad).div(norm + 1e-6);
+  return torch::where(ratio.lt(1.0), ratio, one);
+}
+
+// Whether AdamW must leave this step out, on the device: an fp16 overflow
+// (Megatron skips the update), or, with --check-for-nan-in-loss-and-grad, a
+// NaN/inf norm or loss (the run then stops without the update). train_step
+// reads the same conditions on the host afterwards.
+torch::Tensor Trainer::skip_flag(const torch::Tensor& norm, const torch::Tensor& figures) const {
+  const torch::Tensor bad_norm = norm.isfinite().logical_not();
+  torch::Tensor flag = pl_.fp16 ? bad_norm : torch::zeros_like(bad_norm);
+  if (a_.check_for_nan) flag = flag.logical_or(bad_norm).logical_or(figures[0].div(figures[1]).isfinite().logical_not());
+  return flag;
 }
 
 // Whether any rank received SIGTERM or SIGINT (collective).
@@ -555,6 +581,7 @@ bool Trainer::any_rank_stopping() {
 
 // A per-rank figure summed over the other tensor and pipeline ranks.
 double Trainer::model_parallel_sum(double v) {
+  if (grid_->mp().world() == 1) return v;  // one rank: no copy to the device and back
   auto t = torch::full({1}, v, torch::kDouble).to(pl_.device);
   grid_->mp().all_reduce_sum(t);
   return t.cpu().item<double>();
@@ -580,17 +607,32 @@ void Trainer::train_step() {
     time_stop("embedding-grads-all-reduce");
   }
   time_start("optimizer");
+  // The norm, the clipping factor and the skip flag stay on the device, and the
+  // step is queued before the host reads anything: a read here would leave the
+  // device idle while the host launches AdamW.
   time_start("optimizer-clip-main-grad");
-  const double grad_norm = std::sqrt(model_parallel_sum(engine_->grad_sum_of_squares()));
+  torch::Tensor sum_sq = engine_->grad_sum_of_squares_tensor();
+  if (grid_->mp().world() > 1) grid_->mp().all_reduce_sum(sum_sq);  // the other tensor and pipeline ranks'
+  const torch::Tensor norm = sum_sq.sqrt().reshape({});
   time_stop("optimizer-clip-main-grad");
+  const torch::Tensor figures = loss_figures(loss_sum, micro_, g_stop_signal.load() != 0 ? 1.0 : 0.0);
+  std::optional<double> zeros;  // counted before the step multiplies the gradients
+  if (a_.log_num_zeros_in_grad) zeros = model_parallel_sum(engine_->grad_num_zeros());
+  time_start("optimizer-inner-step");
+  engine_->step(lr, clip_coefficient(norm), skip_flag(norm, figures));
+  time_stop("optimizer-inner-step");
+  const torch::Tensor host = torch::cat({norm.reshape({1}), figures}).cpu();  // the one read, behind the queued step
+  const double grad_norm = host[0].item<double>(), loss_avg = host[1].item<double>() / host[2].item<double>();
+  stop_ = host[3].item<double>() > 0;
   const bool found_inf = !std::isfinite(grad_norm);
   if (pl_.fp16) scaler_.update(found_inf);
-  const double loss_avg = mean_loss(loss_sum, micro_, &stop_);
   last_skipped_ = found_inf && pl_.fp16;
   // Megatron's --check-for-nan-in-loss-and-grad: a NaN/inf that is not an fp16
-  // overflow (those are skipped) stops the run before the update, so no NaN
-  // state is ever stepped into or saved.
-  if (a_.check_for_nan && !last_skipped_ && (!std::isfinite(grad_norm) || !std::isfinite(loss_avg)))
+  // overflow (those are skipped) stops the run; skip_flag kept the update out,
+  // so no NaN state is ever stepped into or saved.
+  const bool nan_stop = a_.check_for_nan && !last_skipped_ && (!std::isfinite(grad_norm) || !std::isfinite(loss_avg));
+  engine_->confirm_step(!last_skipped_ && !nan_stop);
+  if (nan_stop)
     throw Error(ErrorKind::Format, "iteration %ld: the %s is %s; stopping before the update (the last checkpoint is unchanged) ---> HINT: "
                 "a lower --lr, --clip-grad, or --bf16 instead of --fp16 (--no-check-for-nan-in-loss-and-grad trains on)",
                 (long)st_.iteration + 1, std::isfinite(loss_avg) ? "gradient norm" : "loss",
@@ -601,11 +643,7 @@ void Trainer::train_step() {
     ++skipped_iters_;
     nan_iters_ += !std::isfinite(loss_avg);
   } else {
-    const double clip = a_.clip_grad > 0 ? std::min(1.0, a_.clip_grad / (grad_norm + 1e-6)) : 1.0;
-    if (a_.log_num_zeros_in_grad) last_num_zeros_ = model_parallel_sum(engine_->grad_num_zeros());
-    time_start("optimizer-inner-step");
-    engine_->step(lr, clip);
-    time_stop("optimizer-inner-step");
+    last_num_zeros_ = zeros;
     interval_loss_ += loss_avg;
     ++interval_advanced_;
   }

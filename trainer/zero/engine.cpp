@@ -90,6 +90,11 @@ double ZeroEngine::grad_sum_of_squares() {
   return optimizer_->sum_counted([](const Bucket& k) { return k.grad_shard; }, sum_of_squares, /*zero_padding_neutral=*/true) * m * m;
 }
 
+torch::Tensor ZeroEngine::grad_sum_of_squares_tensor() {
+  const double m = reducer_->grad_mult();  // the same double arithmetic as above, on the device
+  return optimizer_->sum_counted_tensor([](const Bucket& k) { return k.grad_shard; }, sum_of_squares, true).mul(m).mul(m);
+}
+
 double ZeroEngine::grad_num_zeros() {
   return optimizer_->sum_counted([](const Bucket& k) { return k.grad_shard; }, [](const torch::Tensor& g) { return (g == 0).sum(); }, false);
 }
@@ -106,6 +111,15 @@ void ZeroEngine::step(double lr, double clip_coef) {
   if (gatherer_) gatherer_->wait_uploads();
   optimizer_->step(lr, reducer_->grad_mult() * clip_coef);
 }
+
+void ZeroEngine::step(double lr, const torch::Tensor& clip_coef, const torch::Tensor& found_inf) {
+  if (gatherer_) gatherer_->wait_uploads();
+  const auto on = [&](const torch::Tensor& t) { return t.to(state_->opt_device).reshape({}); };
+  // grad_mult * clip in double, then fp32: the host path's factor, bit for bit.
+  optimizer_->step(lr, StepScale{on(clip_coef.mul(reducer_->grad_mult()).to(torch::kFloat)), on(found_inf.to(torch::kFloat))});
+}
+
+void ZeroEngine::confirm_step(bool taken) { optimizer_->confirm(taken); }
 
 void ZeroEngine::sync() {
   if (gatherer_) gatherer_->wait_uploads();

@@ -131,6 +131,8 @@ class ZeroEngine {
   // The sum of squares of the counted gradients held by the data-parallel
   // group (NaN/inf on overflow); the caller adds the other model-parallel ranks'.
   double grad_sum_of_squares();
+  // The same as a (1)-element double tensor on the device, not read.
+  torch::Tensor grad_sum_of_squares_tensor();
   // Megatron's --log-num-zeros-in-grad: the zero elements among the same
   // gradients (after reduce_grads), and --log-params-norm: the sum of squares
   // of the same parameters' fp32 master weights (after step); each summed over
@@ -141,6 +143,12 @@ class ZeroEngine {
   // clip_coef first; then the parameters are brought up to date everywhere
   // (a delayed update: when the next step() or sync() publishes it).
   void step(double lr, double clip_coef);
+  // The same with the clipping coefficient (double) and a skip flag (fp32, 1:
+  // skip) as device tensors, so that the host queues the step without
+  // waiting for the norm (ShardOptimizer::StepScale). Then, once the caller
+  // has read the flag, confirm_step(whether the step was taken).
+  void step(double lr, const torch::Tensor& clip_coef, const torch::Tensor& found_inf);
+  void confirm_step(bool taken);
   // Completes a delayed update in flight and publishes its parameters
   // (collective with a sharded optimizer; nothing to do without one).
   void sync();

@@ -3,6 +3,8 @@
 #include <ATen/Parallel.h>
 
 #include <algorithm>
+#include <atomic>
+#include <optional>
 
 #include "common/core/error.h"
 #include "trainer/zero/cpu_adamw.h"
@@ -17,6 +19,8 @@ ShardOptimizer::~ShardOptimizer() {
 }
 
 namespace {
+
+std::atomic<bool> g_device_path_on_cpu{false};  // ShardOptimizer::set_device_path_on_cpu
 
 CpuAdamW::Type cpu_type(const torch::Tensor& t) {
   switch (t.scalar_type()) {
@@ -55,13 +59,15 @@ void parallel_cpu_adamw(const CpuAdamW::Settings& s, torch::Tensor master, torch
 // update) only into the 16-bit staging buffer, and publish() copies it.
 // On the CPU one fused pass per chunk (cpu_adamw.h: the multiply, AdamW and
 // the 16-bit copy); on a device, ATen's fused AdamW.
-void ShardOptimizer::adamw(Bucket& k, const torch::Tensor& grad, double mult, double lr, const torch::Tensor& steps, bool publish) {
+void ShardOptimizer::adamw(Bucket& k, const torch::Tensor& grad, double mult, const StepScale* dev, double lr, const torch::Tensor& steps,
+                           bool publish) {
   torch::NoGradGuard no_grad;
   const ZeroConfig& cfg = state_.cfg;
   torch::Tensor own = k.owned_params();
   const bool scale = grad.scalar_type() != torch::kFloat || mult != 1.0;
-  const bool fused_cpu = cpu_adamw_vectorized() && on_cpu_contiguous(k.master) && on_cpu_contiguous(grad) &&
-                         cpu_type(grad) != CpuAdamW::kNone;
+  const bool fused_cpu = !dev && !g_device_path_on_cpu && cpu_adamw_vectorized() && on_cpu_contiguous(k.master) &&
+                         on_cpu_contiguous(grad) && cpu_type(grad) != CpuAdamW::kNone;
+  const std::optional<torch::Tensor> found_inf = dev ? std::optional<torch::Tensor>(dev->found_inf) : std::nullopt;
   // Where the fused pass writes the parameters' copy: the host staging buffer, or the parameters themselves when they are on the CPU.
   const torch::Tensor copy_to = k.master_is_param ? torch::Tensor()
                                 : k.host_param.defined() ? k.host_param
@@ -82,9 +88,11 @@ void ShardOptimizer::adamw(Bucket& k, const torch::Tensor& grad, double mult, do
         parallel_cpu_adamw(s, k.master.narrow(0, off, n), k.exp_avg.narrow(0, off, n), k.exp_avg_sq.narrow(0, off, n), g,
                            copy_to.defined() ? copy_to.narrow(0, off, n) : torch::Tensor());
       } else {
-        if (scale) g = g.to(torch::kFloat).mul_(mult);  // unscaled and clipped in fp32, one pass per chunk
+        // Unscaled and clipped in fp32, one pass per chunk (by the device's factor: always, x 1 being exact).
+        if (dev) g = g.to(torch::kFloat).mul_(dev->mult);
+        else if (scale) g = g.to(torch::kFloat).mul_(mult);
         at::_fused_adamw_({k.master.narrow(0, off, n)}, {g}, {k.exp_avg.narrow(0, off, n)}, {k.exp_avg_sq.narrow(0, off, n)}, {}, {steps}, lr,
-                          cfg.beta1, cfg.beta2, wd, cfg.eps, false, false);
+                          cfg.beta1, cfg.beta2, wd, cfg.eps, false, false, /*grad_scale=*/std::nullopt, found_inf);
         if (copy_to.defined()) copy_to.narrow(0, off, n).copy_(k.master.narrow(0, off, n));
       }
       if (k.master_is_param) continue;
@@ -109,13 +117,34 @@ void ShardOptimizer::publish(bool copy) {
       if (!k.sharded_params && k.padded > 0) comm_.all_gather(k.flat_param, k.flat_param.narrow(0, k.own_begin, k.own_len).clone());
 }
 
-void ShardOptimizer::step(double lr, double mult) {
+void ShardOptimizer::set_device_path_on_cpu(bool on) { g_device_path_on_cpu = on; }
+
+bool ShardOptimizer::reads_on_device() const { return !state_.opt_device.is_cpu() || g_device_path_on_cpu; }
+
+void ShardOptimizer::step(double lr, double mult) { run_step(lr, mult, nullptr); }
+
+void ShardOptimizer::step(double lr, const StepScale& s) {
+  if (!reads_on_device()) {  // AdamW on the host reads the factor anyway; a skipped step is not counted
+    if (s.found_inf.item<float>() != 0) return;
+    run_step(lr, static_cast<double>(s.mult.item<float>()), nullptr);
+    return;
+  }
+  run_step(lr, 1.0, &s);
+  unconfirmed_ = true;
+}
+
+void ShardOptimizer::confirm(bool taken) {
+  if (unconfirmed_ && !taken) --step_;  // the device skipped it (found_inf): AdamW's count goes back
+  unconfirmed_ = false;
+}
+
+void ShardOptimizer::run_step(double lr, double mult, const StepScale* dev) {
   torch::NoGradGuard no_grad;
   sync();
   ++step_;
   auto steps = torch::full({}, static_cast<float>(step_), torch::TensorOptions().dtype(torch::kFloat).device(state_.opt_device));
   CopyStream::wait(up_done_);  // last step's copies up are done before the master weights change
-  if (state_.cfg.delayed() && step_ > state_.cfg.plan.delayed_update_after) {
+  if (state_.cfg.delayed() && step_ > state_.cfg.plan.delayed_update_after) {  // offload: never `dev`
     // This step's gradients, unscaled and clipped, into fp32 buffers of their
     // own; AdamW runs in the background until the next step() or sync().
     for (auto& k : state_.buckets) {
@@ -123,7 +152,7 @@ void ShardOptimizer::step(double lr, double mult) {
       if (mult != 1.0) k.host_grad.mul_(mult);
     }
     pending_ = std::async(std::launch::async, [this, lr, steps] {
-      for (auto& k : state_.buckets) adamw(k, k.host_grad, 1.0, lr, steps, /*publish=*/false);
+      for (auto& k : state_.buckets) adamw(k, k.host_grad, 1.0, nullptr, lr, steps, /*publish=*/false);
     });
     return;
   }
@@ -135,7 +164,7 @@ void ShardOptimizer::step(double lr, double mult) {
     if (k.host_grad.defined() && !k.early_d2h) d2h_.copy(k.host_grad, k.grad_shard, k.d2h_done);
   for (auto& k : state_.buckets) {
     CopyStream::wait(k.d2h_done);
-    adamw(k, k.host_grad.defined() ? k.host_grad : k.grad_shard, mult, lr, steps, /*publish=*/true);
+    adamw(k, k.host_grad.defined() ? k.host_grad : k.grad_shard, mult, dev, lr, steps, /*publish=*/true);
   }
   // The master weights and staging buffers are not written again before the
   // next step waits for up_done, so the asynchronous copies up may still run.
@@ -155,6 +184,11 @@ void ShardOptimizer::sync() {
 
 double ShardOptimizer::sum_counted(const std::function<torch::Tensor(const Bucket&)>& of,
                                    const std::function<torch::Tensor(const torch::Tensor&)>& f, bool zero_padding_neutral) {
+  return sum_counted_tensor(of, f, zero_padding_neutral).item<double>();
+}
+
+torch::Tensor ShardOptimizer::sum_counted_tensor(const std::function<torch::Tensor(const Bucket&)>& of,
+                                                 const std::function<torch::Tensor(const torch::Tensor&)>& f, bool zero_padding_neutral) {
   torch::NoGradGuard no_grad;
   auto sum = torch::zeros({1}, torch::TensorOptions().dtype(torch::kDouble).device(state_.device));
   for (const auto& k : state_.buckets) {
@@ -169,7 +203,7 @@ double ShardOptimizer::sum_counted(const std::function<torch::Tensor(const Bucke
     }
   }
   if (state_.cfg.plan.shard_optimizer) comm_.all_reduce_sum(sum);  // replicated: every rank already holds everything
-  return sum.item<double>();
+  return sum;
 }
 
 ZeroFullState ShardOptimizer::gather_state() {

@@ -38,6 +38,13 @@ struct ZeroFullState {
   int64_t step = 0;
 };
 
+// One step's gradient factor and skip flag as 0-dim fp32 tensors on the
+// optimizer's device, so that queuing the step waits for nothing on the host:
+// AdamW reads them there, and a flag of 1 leaves every state as it was.
+struct StepScale {
+  torch::Tensor mult, found_inf;
+};
+
 class ShardOptimizer {
  public:
   ShardOptimizer(ZeroState& state, Comm& comm, const CopyStream& d2h);
@@ -47,6 +54,15 @@ class ShardOptimizer {
 
   // One AdamW step with the gradients multiplied by `mult` (in fp32) first.
   void step(double lr, double mult);
+  // The same with the factor and flag on the device. Where AdamW runs on the
+  // host (offload, training on the CPU) they are read first and a set flag
+  // skips the step. On a device the step is counted before the flag is known:
+  // confirm(false) takes the count back once the caller has read it.
+  void step(double lr, const StepScale& s);
+  void confirm(bool taken);
+  // Tests: ATen's fused AdamW and the device's way of reading StepScale on the
+  // CPU too (instead of the vectorised CPU AdamW and host reads).
+  static void set_device_path_on_cpu(bool on);
   // Completes a delayed update in flight and publishes its parameters
   // (collective with a sharded optimizer and unsharded parameters; nothing to do without one).
   void sync();
@@ -58,19 +74,27 @@ class ShardOptimizer {
   // whose parameters all count is summed whole, padding included.
   double sum_counted(const std::function<torch::Tensor(const Bucket&)>& of, const std::function<torch::Tensor(const torch::Tensor&)>& f,
                      bool zero_padding_neutral);
+  // The same sum as a (1)-element double tensor on the device, not read.
+  torch::Tensor sum_counted_tensor(const std::function<torch::Tensor(const Bucket&)>& of,
+                                   const std::function<torch::Tensor(const torch::Tensor&)>& f, bool zero_padding_neutral);
 
   // Full tensors by parameter name on rank 0 (others get empty maps), and back (every rank).
   ZeroFullState gather_state();
   void load_state(const ZeroFullState& s);
 
  private:
-  void adamw(Bucket& k, const torch::Tensor& grad, double mult, double lr, const torch::Tensor& steps, bool publish);
+  // dev: the factor and flag on the device (mult is then unused).
+  void adamw(Bucket& k, const torch::Tensor& grad, double mult, const StepScale* dev, double lr, const torch::Tensor& steps,
+             bool publish);
+  void run_step(double lr, double mult, const StepScale* dev);
+  bool reads_on_device() const;
   void publish(bool copy);
 
   ZeroState& state_;
   Comm& comm_;
   const CopyStream& d2h_;
   int64_t step_ = 0;
+  bool unconfirmed_ = false;              // step_ counts a device step whose flag is not read yet
   std::future<void> pending_;             // a delayed update in flight
   std::optional<c10::Event> up_done_;     // offload: the last step's parameter copies up (queued on the compute stream)
 };

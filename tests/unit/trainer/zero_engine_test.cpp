@@ -220,6 +220,50 @@ TEST(ZeroEngine, StateRoundTripIsExact) {
   }
 }
 
+// The step with its clipping factor and skip flag as tensors (how a GPU run
+// queues AdamW without reading the norm first), on the CPU through the device's
+// path (ATen's fused AdamW, found_inf, the count taken back by confirm_step):
+// bit for bit the host path's steps with the same factor, a flagged step leaves
+// every state (and the step count) as it was, and the host path reads the flag.
+TEST(ZeroEngine, StepWithFactorOnTheDeviceIsTheHostStep) {
+  auto comm = one_rank();
+  const auto dbl = [](double v) { return torch::full({}, v, torch::kDouble); };
+  const auto flag = [](bool skip) { return torch::full({}, skip ? 1.0 : 0.0); };
+  for (bool device_path : {true, false})
+    for (int stage : {0, 1, 3}) {
+      ShardOptimizer::set_device_path_on_cpu(device_path);
+      const std::string what = std::string(device_path ? "device path" : "host path") + ", stage " + std::to_string(stage);
+      auto steps = [&](bool with_tensors) {
+        Gpt2 model(tiny());
+        ZeroEngine engine(model, *comm, zero_config(stage, false), torch::Device(torch::kCPU));
+        for (int64_t s = 0; s < 3; ++s) {
+          const double clip = s == 1 ? 0.37 : 1.0;
+          for (bool skip : {true, false}) {  // the flagged step first, on the same gradients
+            if (skip && !with_tensors) continue;
+            engine.begin_step(1);
+            auto [tokens, labels] = batch(s, 0, 1);
+            model->loss(tokens, labels).backward();
+            engine.after_backward();
+            engine.reduce_grads(0.5);
+            if (!with_tensors) {
+              engine.step(kLr, clip);
+              continue;
+            }
+            engine.step(kLr, dbl(clip), flag(skip));
+            engine.confirm_step(!skip);
+          }
+        }
+        return engine.gather_state();
+      };
+      const ZeroEngine::FullState host = steps(false), dev = steps(true);
+      EXPECT_EQ(dev.step, 3) << what;
+      expect_close(dev.params, host.params, 0.0, what);
+      expect_close(dev.exp_avg, host.exp_avg, 0.0, "exp_avg, " + what);
+      expect_close(dev.exp_avg_sq, host.exp_avg_sq, 0.0, "exp_avg_sq, " + what);
+    }
+  ShardOptimizer::set_device_path_on_cpu(false);
+}
+
 // A checkpoint written by save_checkpoint reads back (load_model) as the
 // engine's full parameters, bit for bit; a damaged file is an error naming it.
 TEST(Checkpoint, SavedWeightsReadBackExactlyAndDamageIsNamed) {
