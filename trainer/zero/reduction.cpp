@@ -48,12 +48,11 @@ void GradientReducer::add_to_main_grad(Bucket& k, size_t slot) {
   torch::Tensor& p = k.params[slot];
   const torch::Tensor g = p.grad();
   if (!g.defined()) return;
-  if (state_.fused && state_.fused->take_added(p)) {  // added in backward (gradient-accumulation fusion): g is a placeholder
-    p.mutable_grad().reset();
-    return;
+  // Already added in backward (gradient-accumulation fusion) when take_added says so: g is then a placeholder.
+  if (!state_.fused || !state_.fused->take_added(p)) {
+    const SlotLayout& s = k.slots[slot];
+    k.flat_grad.narrow(0, s.offset, s.numel).add_(g.reshape({-1}));
   }
-  const SlotLayout& s = k.slots[slot];
-  k.flat_grad.narrow(0, s.offset, s.numel).add_(g.reshape({-1}));
   p.mutable_grad().reset();
 }
 
