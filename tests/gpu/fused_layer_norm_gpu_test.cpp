@@ -12,13 +12,10 @@
 #include <gtest/gtest.h>
 
 #include "trainer/model/fused_layer_norm.h"
+#include "tests/gpu/relative_error.h"
 
 namespace zlm::trainer {
 namespace {
-
-double rel(const torch::Tensor& got, const torch::Tensor& want) {
-  return (got.to(torch::kDouble) - want).abs().max().item<double>() / want.abs().max().item<double>();
-}
 
 TEST(FusedLayerNormGpu, KernelSumsTheParameterGradientsInFp32) {
   ASSERT_TRUE(torch::cuda::is_available()) << "needs a CUDA device (this test is labelled gpu)";
@@ -54,8 +51,8 @@ TEST(FusedLayerNormGpu, KernelSumsTheParameterGradientsInFp32) {
       y.backward(gy);
       EXPECT_TRUE(main.take_added(w) && main.take_added(b));
       EXPECT_TRUE(torch::equal(x.grad(), xr.grad())) << "the input's gradient";
-      const double fw = rel(main_w, exact_w), fb = rel(main_b, exact_b);
-      const double hw = rel(wr.grad(), exact_w), hb = rel(br.grad(), exact_b);
+      const double fw = relative_to_largest(main_w, exact_w), fb = relative_to_largest(main_b, exact_b);
+      const double hw = relative_to_largest(wr.grad(), exact_w), hb = relative_to_largest(br.grad(), exact_b);
       std::printf("%ld x %ld %s: gain %.3g (16-bit gradient %.3g), bias %.3g (16-bit %.3g) of the largest entry\n", (long)s.rows,
                   (long)s.cols, c10::toString(dtype), fw, hw, fb, hb);
       if (s.cols % 4 != 0) {  // not the kernel's: autograd's 16-bit gradients, added

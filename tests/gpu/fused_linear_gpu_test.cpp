@@ -12,13 +12,10 @@
 #include <gtest/gtest.h>
 
 #include "trainer/model/fused_linear.h"
+#include "tests/gpu/relative_error.h"
 
 namespace zlm::trainer {
 namespace {
-
-double rel(const torch::Tensor& got, const torch::Tensor& want) {
-  return (got.to(torch::kDouble) - want).abs().max().item<double>() / want.abs().max().item<double>();
-}
 
 TEST(FusedLinearGpu, FusedBuffersHoldTheFp32Sum) {
   ASSERT_TRUE(torch::cuda::is_available()) << "needs a CUDA device (this test is labelled gpu)";
@@ -48,14 +45,14 @@ TEST(FusedLinearGpu, FusedBuffersHoldTheFp32Sum) {
       fused_linear(x, w, b, &main).backward(gy);
       EXPECT_TRUE(main.take_added(w) && main.take_added(b));
       EXPECT_TRUE(torch::equal(x.grad(), xr.grad())) << "the input's gradient";
-      const double fused_w = rel(main_w, exact_w), fused_b = rel(main_b, exact_b);
+      const double fused_w = relative_to_largest(main_w, exact_w), fused_b = relative_to_largest(main_b, exact_b);
       std::printf("%ld x %ld -> %ld %s: weight %.3g (16-bit gradient %.3g), bias %.3g (16-bit %.3g) of the largest entry\n",
-                  (long)s.tokens, (long)s.in, (long)s.out, c10::toString(dtype), fused_w, rel(wr.grad(), exact_w), fused_b,
-                  rel(br.grad(), exact_b));
+                  (long)s.tokens, (long)s.in, (long)s.out, c10::toString(dtype), fused_w, relative_to_largest(wr.grad(), exact_w), fused_b,
+                  relative_to_largest(br.grad(), exact_b));
       EXPECT_LT(fused_w, 1e-4);
       EXPECT_LT(fused_b, 1e-4);
-      EXPECT_LT(fused_w * 10, rel(wr.grad(), exact_w)) << "not closer than a 16-bit gradient: not the fp32-output GEMM";
-      EXPECT_LT(fused_b * 10, rel(br.grad(), exact_b)) << "not closer than a 16-bit bias gradient";
+      EXPECT_LT(fused_w * 10, relative_to_largest(wr.grad(), exact_w)) << "not closer than a 16-bit gradient: not the fp32-output GEMM";
+      EXPECT_LT(fused_b * 10, relative_to_largest(br.grad(), exact_b)) << "not closer than a 16-bit bias gradient";
     }
 }
 
