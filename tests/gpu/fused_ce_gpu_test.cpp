@@ -9,6 +9,7 @@
 
 #include <gtest/gtest.h>
 
+#include "trainer/model/cuda_kernels.h"
 #include "trainer/model/tensor_parallel.h"
 
 namespace zlm::trainer {
@@ -30,7 +31,7 @@ Result run(const torch::Tensor& logits, const torch::Tensor& targets, CeImpl imp
 
 TEST(FusedCeGpu, KernelEqualsChunkedOnTheDevice) {
   ASSERT_TRUE(torch::cuda::is_available()) << "needs a CUDA device (this test is labelled gpu)";
-  ASSERT_TRUE(fused_ce_kernel_built()) << "this build has no fused-loss kernel (no nvcc at configure time)";
+  ASSERT_TRUE(cuda_kernels_built()) << "this build has no fused-loss kernel (no nvcc at configure time)";
   const torch::Device dev(torch::kCUDA, 0);
   torch::manual_seed(21);
   struct Shape {

@@ -11,6 +11,7 @@
 
 #include <gtest/gtest.h>
 
+#include "trainer/model/cuda_kernels.h"
 #include "trainer/model/fused_layer_norm.h"
 #include "tests/gpu/relative_error.h"
 
@@ -19,7 +20,7 @@ namespace {
 
 TEST(FusedLayerNormGpu, KernelSumsTheParameterGradientsInFp32) {
   ASSERT_TRUE(torch::cuda::is_available()) << "needs a CUDA device (this test is labelled gpu)";
-  ASSERT_TRUE(ln_grad_kernel_built()) << "built without nvcc: no kernel to test";
+  ASSERT_TRUE(cuda_kernels_built()) << "built without nvcc: no kernel to test";
   const torch::Device dev(torch::kCUDA, 0);
   struct Shape {
     int64_t rows, cols;

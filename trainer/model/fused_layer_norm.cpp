@@ -83,14 +83,6 @@ struct FusedLayerNormFn : torch::autograd::Function<FusedLayerNormFn> {
 
 }  // namespace
 
-bool ln_grad_kernel_built() {
-#ifdef ZLM_HAVE_CUDA_KERNELS
-  return true;
-#else
-  return false;
-#endif
-}
-
 torch::Tensor fused_layer_norm(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b, double eps, const MainGrads* main) {
   MainGrads::Target* wt = main && w.defined() && b.defined() && torch::GradMode::is_enabled() ? main->find(w) : nullptr;
   MainGrads::Target* bt = wt ? main->find(b) : nullptr;

@@ -20,7 +20,4 @@ namespace zlm::trainer {
 // is on); plain at::layer_norm otherwise.
 torch::Tensor fused_layer_norm(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b, double eps, const MainGrads* main);
 
-// Whether this build has the CUDA kernel (nvcc found at configure time).
-bool ln_grad_kernel_built();
-
 }  // namespace zlm::trainer

@@ -5,6 +5,7 @@
 
 #include "common/core/error.h"
 #include "trainer/model/autograd_handle.h"
+#include "trainer/model/cuda_kernels.h"
 
 #ifdef ZLM_HAVE_CUDA_KERNELS
 #include <c10/cuda/CUDAGuard.h>
@@ -320,21 +321,13 @@ torch::Tensor reduce_scatter_to_sp(const torch::Tensor& x, const TensorParallel&
   return tp.sp() ? ReduceScatterToSp::apply(x, tp.comm) : x;
 }
 
-bool fused_ce_kernel_built() {
-#ifdef ZLM_HAVE_CUDA_KERNELS
-  return true;
-#else
-  return false;
-#endif
-}
-
 torch::Tensor vocab_parallel_cross_entropy(const torch::Tensor& logits, const torch::Tensor& targets, const TensorParallel& tp,
                                            const CeOptions& o) {
   const int64_t V = std::max<int64_t>(1, logits.size(-1));
   const int64_t rows = o.chunk_rows > 0 ? o.chunk_rows : std::max<int64_t>(1, (int64_t{8} << 20) / V);
   Comm* comm = tp.active() ? tp.comm : nullptr;
   const int64_t rank = tp.active() ? static_cast<int64_t>(tp.rank) : 0;
-  const bool kernel = logits.is_cuda() && fused_ce_kernel_built();
+  const bool kernel = logits.is_cuda() && cuda_kernels_built();
   const CeImpl impl = o.impl != CeImpl::Auto ? o.impl : kernel ? CeImpl::Fused : CeImpl::Chunked;
   if (impl == CeImpl::Chunked) return VocabParallelCE::apply(logits, targets, comm, rank, rows);
   // Writing over the logits needs a tensor of the graph (never a leaf the caller owns).

@@ -95,8 +95,6 @@ struct CeOptions {
 };
 torch::Tensor vocab_parallel_cross_entropy(const torch::Tensor& logits, const torch::Tensor& targets, const TensorParallel& tp,
                                            const CeOptions& options = {});
-// Whether this build has the CUDA kernel of the fused loss.
-bool fused_ce_kernel_built();
 
 // How a parameter is split over tensor-parallel ranks: along `dim`, in `groups`
 // interleaved groups (the fused QKV weight: 3 groups, q, k and v, each split by
