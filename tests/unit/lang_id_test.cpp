@@ -1,6 +1,9 @@
 #include "common/text/lang_id.h"
 
+#include <simdjson.h>
+
 #include <sstream>
+#include <vector>
 
 #include "test_util.h"
 
@@ -39,6 +42,110 @@ TEST(LangId, NoLettersIsUnknownAndPrefixIsUsed) {
   std::string text = "The committee will publish its final report on the new railway line early next spring. ";
   std::string mixed = text + std::string(20000, ' ') + "Le comité publiera son rapport final sur la nouvelle ligne.";
   EXPECT_EQ(detect_language(mixed, 200).code, "en");
+}
+
+// The "text" of each line of a JSONL file, or the "articleBody" of each entry
+// of the extraction benchmark's ground truth.
+std::vector<std::string> owt_texts() {
+  std::vector<std::string> out;
+  simdjson::dom::parser parser;
+  std::istringstream in(test::slurp(test::data_path("megatron/openwebtext-1000.decoded.jsonl")));
+  for (std::string line; std::getline(in, line);) out.emplace_back(std::string_view(parser.parse(line)["text"].get_string()));
+  return out;
+}
+
+std::vector<std::string> article_bodies() {
+  std::vector<std::string> out;
+  simdjson::dom::parser parser;
+  simdjson::dom::object truth = parser.parse(test::slurp(test::data_path("article-extraction-benchmark/ground-truth.json")));
+  for (auto [key, value] : truth) out.emplace_back(std::string_view(value["articleBody"].get_string()));
+  return out;
+}
+
+// At most n bytes of s, cut at a character boundary.
+std::string head(const std::string& s, size_t n) {
+  if (s.size() <= n) return s;
+  while (n > 0 && (static_cast<unsigned char>(s[n]) & 0xC0) == 0x80) --n;
+  return s.substr(0, n);
+}
+
+// The four windows' shortcut gives the 4 KiB prefix's answer on every real
+// text and on texts that mix two languages: one before the other, or one
+// inside the other (lengths 128 B to 3.5 KiB, so that every window position
+// is crossed by a change of language).
+TEST(LangId, SampledEqualsTheWholeScopeOnRealAndMixedTexts) {
+  std::vector<std::string> owt = owt_texts(), articles = article_bodies();
+  std::vector<std::string> english, foreign;
+  for (const std::string& t : owt)
+    if (t.size() > 5000) english.push_back(t);
+  for (const std::string& t : articles)
+    if (t.size() > 1200 && detect_language(t, 4096).code != "en") foreign.push_back(t);
+  ASSERT_GE(english.size(), 300u);
+  ASSERT_GE(foreign.size(), 15u);
+  std::vector<std::string> texts = owt;
+  texts.insert(texts.end(), articles.begin(), articles.end());
+  const size_t real = texts.size();
+  const size_t lengths[] = {128, 256, 512, 768, 1024, 1536, 2048, 3072, 3584};
+  uint64_t state = 1;
+  auto next = [&](size_t n) { return static_cast<size_t>((state = state * 6364136223846793005ULL + 1442695040888963407ULL) >> 33) % n; };
+  for (int i = 0; i < 4000; ++i) {
+    const std::string& a = i % 2 ? foreign[next(foreign.size())] : english[next(english.size())];
+    const std::string& b = i % 2 ? english[next(english.size())] : foreign[next(foreign.size())];
+    const size_t k = lengths[next(std::size(lengths))];
+    if (i % 4 < 2) texts.push_back(head(a, k) + "\n" + b);                                  // a, then b
+    else texts.push_back(head(a, k) + "\n" + head(b, 4096 - k - 512) + "\n" + a.substr(head(a, k).size()));  // b inside a
+  }
+  for (size_t scope : {size_t{4096}, size_t{0}}) {
+    size_t differ = 0, other = 0;
+    for (size_t i = 0; i < texts.size(); ++i) {
+      LangGuess whole = detect_language(texts[i], scope), sampled = detect_language_sampled(texts[i], scope);
+      other += whole.code != "en";
+      if (sampled.code != whole.code) {
+        ++differ;
+        std::printf("  text %zu (%s, %zu bytes): sampled %s, whole scope %s\n", i, i < real ? "real" : "mixed", texts[i].size(),
+                    sampled.code.c_str(), whole.code.c_str());
+      }
+    }
+    std::printf("scope %zu: %zu texts (%zu real), %zu not English, %zu answered differently\n", scope, texts.size(), real, other, differ);
+    EXPECT_GT(other, 600u);
+    EXPECT_EQ(differ, 0u);
+  }
+  // Short scopes are read whole.
+  for (size_t i = 0; i < 50; ++i) EXPECT_EQ(detect_language_sampled(owt[i], 3072).percent, detect_language(owt[i], 3072).percent);
+}
+
+// The shortcut reads the windows alone: English at the six windows' places
+// and Portuguese between them is English to it, while the whole 4 KiB is
+// Portuguese. (Text that alternates in step with the windows is the price of
+// reading less; a single run of another language that could sway the scope's
+// answer covers a window.)
+TEST(LangId, SampledReadsOnlyTheWindowsWhenTheyAgree) {
+  std::vector<std::string> owt = owt_texts(), articles = article_bodies();
+  std::string english, portuguese;
+  for (const std::string& t : owt)
+    if (english.empty() && t.size() > 6000 && detect_language(t).code == "en") english = t;
+  for (const std::string& t : articles)
+    if (portuguese.size() < t.size() && detect_language(t).code == "pt") portuguese = t;
+  ASSERT_FALSE(english.empty());
+  ASSERT_GT(portuguese.size(), 2600u) << "the extraction benchmark has Portuguese articles";
+  std::string text;
+  size_t used_en = 0, used_pt = 0;
+  for (size_t i = 0; i < 6; ++i) {  // the windows: 256 bytes from 768 * i in 4096 bytes
+    std::string e = head(english.substr(used_en), 768 * i + 256 - text.size());
+    used_en += e.size();
+    text += e;
+    if (i == 5) break;
+    std::string p = head(portuguese.substr(used_pt), 768 * (i + 1) - text.size());
+    used_pt += p.size();
+    text += p;
+  }
+  while (text.size() < 4096) text += ' ';
+  EXPECT_EQ(detect_language(text, 4096).code, "pt");
+  LangGuess sampled = detect_language_sampled(text, 4096);
+  EXPECT_EQ(sampled.code, "en");
+  EXPECT_GE(sampled.percent, 90);
+  EXPECT_TRUE(sampled.reliable);
+  EXPECT_EQ(detect_language_sampled(text, 0).code, "en");
 }
 
 }  // namespace

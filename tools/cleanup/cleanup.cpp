@@ -112,12 +112,19 @@ class Worker {
   }
 
  private:
+  // The language as --lang-id-bytes scopes it: four windows decide where they
+  // agree, unless --lang-id-exact, or --min-lang-percent asks for the scope's own share.
+  LangGuess language(std::string_view text) const {
+    const bool sampled = !opt_.lang_id_exact && opt_.min_lang_percent == 0;
+    return sampled ? detect_language_sampled(text, opt_.lang_id_bytes) : detect_language(text, opt_.lang_id_bytes);
+  }
+
   void clean(WorkerState& s, std::string_view line, size_t capacity, Doc& d) {
     const std::string& text = s.values[0];
     std::string fixed = fix_text(text);
     d.text_changed = fixed != text;
     d.chars = utf8_length(fixed);
-    LangGuess g = detect_language(fixed, opt_.lang_id_bytes);
+    LangGuess g = language(fixed);
     if (g.code != opt_.lang || g.percent < opt_.min_lang_percent) {
       d.outcome = kNonEnglish;
       d.reason = "non_english: " + g.code + " " + std::to_string(g.percent) + "%";
@@ -149,7 +156,7 @@ class Worker {
     };
     if (tasks_[kRemove512] && chars < 512) return filtered(kRemove512);
     if (tasks_[kRemove256Js] && chars < 256 && contains_javascript(text)) return filtered(kRemove256Js);
-    if (tasks_[kRemove512NonEnglish] && chars < 512 && detect_language(text, opt_.lang_id_bytes).code != opt_.lang) return filtered(kRemove512NonEnglish);
+    if (tasks_[kRemove512NonEnglish] && chars < 512 && language(text).code != opt_.lang) return filtered(kRemove512NonEnglish);
     std::string out = text;
     if (tasks_[kFtfy]) {
       d.task = kFtfy;

@@ -22,6 +22,8 @@ int main(int argc, char** argv) {
       ->capture_default_str()->check(zlm::finite_range(0.0, 100.0));
   app.add_option("--lang-id-bytes", opt.lang_id_bytes, "Language ID reads the first N bytes of each text (0: all of it)")
       ->capture_default_str();
+  app.add_flag("--lang-id-exact", opt.lang_id_exact, "Language ID always reads all of --lang-id-bytes: without it, 256-byte windows (6 in 4 KiB, 9 at most) "
+               "spread over them decide when they agree (at least 90% one language, reliably; not with --min-lang-percent)");
   app.add_option("--min-tokens", opt.min_tokens, "Drop documents under 1024 characters with fewer GPT-2 tokens (EOD included)")
       ->capture_default_str();
   app.add_option("--rejected-out", opt.rejected_out, "Write every dropped document with its reason here (JSONL)");
