@@ -60,7 +60,10 @@ LangGuess detect_language(std::string_view text, size_t max_bytes) {
   // langdetect raises there, and Megatron's cleanup then skips the document.
   if (text_bytes == 0) return g;
   g.code = CLD2::LanguageCode(lang);
-  g.percent = top3[0] == lang ? percent3[0] : 0;
+  // Not always the first of the three: where English leads and another
+  // language has 17% or more, CLD2 names the other one.
+  for (int i = 0; i < 3 && g.percent == 0; ++i)
+    if (top3[i] == lang) g.percent = percent3[i];
   g.reliable = reliable;
   return g;
 }

@@ -69,8 +69,24 @@ std::string head(const std::string& s, size_t n) {
   return s.substr(0, n);
 }
 
-// The four windows' shortcut gives the 4 KiB prefix's answer on every real
-// text and on texts that mix two languages: one before the other, or one
+// An OpenWebText document of over 6000 bytes in English; the longest
+// Portuguese article of the extraction benchmark (2979 bytes).
+std::string long_english_text() {
+  for (const std::string& t : owt_texts())
+    if (t.size() > 6000 && detect_language(t).code == "en") return t;
+  return {};
+}
+
+std::string longest_portuguese_article() {
+  std::string longest;
+  for (const std::string& t : article_bodies())
+    if (longest.size() < t.size() && detect_language(t).code == "pt") longest = t;
+  return longest;
+}
+
+// The windows' shortcut gives the whole scope's answer (the first 4 KiB, and
+// whole texts) on every real text and on texts that mix two languages: one
+// before the other, or one
 // inside the other (lengths 128 B to 3.5 KiB, so that every window position
 // is crossed by a change of language).
 TEST(LangId, SampledEqualsTheWholeScopeOnRealAndMixedTexts) {
@@ -114,18 +130,23 @@ TEST(LangId, SampledEqualsTheWholeScopeOnRealAndMixedTexts) {
   for (size_t i = 0; i < 50; ++i) EXPECT_EQ(detect_language_sampled(owt[i], 3072).percent, detect_language(owt[i], 3072).percent);
 }
 
+// CLD2 names the other language of an English text from 17% of it (the rule
+// that sets the windows' gaps), and its share is that language's own.
+TEST(LangId, EnglishWithAFifthInAnotherLanguageIsThatLanguage) {
+  const std::string english = long_english_text(), portuguese = longest_portuguese_article();
+  LangGuess g = detect_language(head(english, 3000) + "\n" + head(portuguese, 1000));
+  EXPECT_EQ(g.code, "pt");
+  EXPECT_GE(g.percent, 17);
+  EXPECT_LT(g.percent, 50);
+}
+
 // The shortcut reads the windows alone: English at the six windows' places
 // and Portuguese between them is English to it, while the whole 4 KiB is
 // Portuguese. (Text that alternates in step with the windows is the price of
 // reading less; a single run of another language that could sway the scope's
 // answer covers a window.)
 TEST(LangId, SampledReadsOnlyTheWindowsWhenTheyAgree) {
-  std::vector<std::string> owt = owt_texts(), articles = article_bodies();
-  std::string english, portuguese;
-  for (const std::string& t : owt)
-    if (english.empty() && t.size() > 6000 && detect_language(t).code == "en") english = t;
-  for (const std::string& t : articles)
-    if (portuguese.size() < t.size() && detect_language(t).code == "pt") portuguese = t;
+  const std::string english = long_english_text(), portuguese = longest_portuguese_article();
   ASSERT_FALSE(english.empty());
   ASSERT_GT(portuguese.size(), 2600u) << "the extraction benchmark has Portuguese articles";
   std::string text;
