@@ -112,8 +112,9 @@ class Worker {
   }
 
  private:
-  // The language as --lang-id-bytes scopes it: four windows decide where they
-  // agree, unless --lang-id-exact, or --min-lang-percent asks for the scope's own share.
+  // The language as --lang-id-bytes scopes it: detect_language_sampled's windows
+  // decide where they agree, unless --lang-id-exact, or --min-lang-percent asks
+  // for the scope's own share.
   LangGuess language(std::string_view text) const {
     const bool sampled = !opt_.lang_id_exact && opt_.min_lang_percent == 0;
     return sampled ? detect_language_sampled(text, opt_.lang_id_bytes) : detect_language(text, opt_.lang_id_bytes);

@@ -37,7 +37,7 @@ struct CleanupOptions {
   std::string lang = "en";
   int min_lang_percent = 0;
   size_t lang_id_bytes = 4096;  // language ID reads this much of each text (0: all)
-  bool lang_id_exact = false;   // read all of it, never detect_language_sampled's four windows
+  bool lang_id_exact = false;   // read all of it, never detect_language_sampled's windows
   int min_tokens = 128;
   int max_chars_for_token_check = 1024;  // Megatron: 8 * 128
   std::string rejected_out;
