@@ -26,7 +26,8 @@ struct LangGuess {
 // CLD2 runs at ~25 MB/s, and a few KiB decide the language of a web page.
 LangGuess detect_language(std::string_view utf8_text, size_t max_bytes = 0);
 
-// detect_language's answer for the same max_bytes, most often read from less.
+// detect_language's language code for the same max_bytes, most often read from
+// less (then `percent` is the least window's share and `reliable` is true).
 // Where that scope is over 3 KiB, CLD2 first reads 256-byte windows spread
 // evenly over it (the first at its start, the last at its end): six up to
 // 4 KiB, and above that as many as keep each gap between two windows within an
@@ -34,10 +35,13 @@ LangGuess detect_language(std::string_view utf8_text, size_t max_bytes = 0);
 // reliable (CLD2's flag) and agree on one language with at least 90% of their
 // letters in it, that language is the answer, with the least of their
 // percentages; otherwise the whole scope is read, as detect_language does.
-// Why that is safe: a run of another language longer than a gap reaches into
-// a window, and a window partly in another language falls under 90% or loses
-// the reliable flag, while CLD2 lets a language other than English win a text
-// from 17% of it. What it gives up: text that alternates languages in step
+// Why the gaps are an eighth: CLD2 lets a language other than English win a
+// mostly English text from 17% of it, and a run of another language longer
+// than a gap reaches into a window, which then falls under 90% or loses the
+// reliable flag. That reasoning is in bytes where CLD2 counts the letters it
+// scores, so text sparse in letters (figures, lists) narrows the margin; the
+// unit test's two-language texts, runs at any place and length included,
+// are the evidence. What it gives up: text that alternates languages in step
 // with the windows. It reads 1.5 KiB of a 4 KiB scope, 2.3 KiB of a long text.
 LangGuess detect_language_sampled(std::string_view utf8_text, size_t max_bytes = 0);
 

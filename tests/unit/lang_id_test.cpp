@@ -105,11 +105,16 @@ TEST(LangId, SampledEqualsTheWholeScopeOnRealAndMixedTexts) {
   uint64_t state = 1;
   auto next = [&](size_t n) { return static_cast<size_t>((state = state * 6364136223846793005ULL + 1442695040888963407ULL) >> 33) % n; };
   for (int i = 0; i < 4000; ++i) {
-    const std::string& a = i % 2 ? foreign[next(foreign.size())] : english[next(english.size())];
-    const std::string& b = i % 2 ? english[next(english.size())] : foreign[next(foreign.size())];
+    const bool swap = (i / 4) % 2;
+    const std::string& a = swap ? foreign[next(foreign.size())] : english[next(english.size())];
+    const std::string& b = swap ? english[next(english.size())] : foreign[next(foreign.size())];
     const size_t k = lengths[next(std::size(lengths))];
-    if (i % 4 < 2) texts.push_back(head(a, k) + "\n" + b);                                  // a, then b
-    else texts.push_back(head(a, k) + "\n" + head(b, 4096 - k - 512) + "\n" + a.substr(head(a, k).size()));  // b inside a
+    const size_t at = i % 4 == 2 ? next(3840) : i % 4 == 3 ? next(a.size()) : k;
+    const std::string before = head(a, at), after = a.substr(before.size());
+    if (i % 4 == 0) texts.push_back(before + "\n" + b);                                       // a, then b
+    else if (i % 4 == 1) texts.push_back(before + "\n" + head(b, 3584 - k) + "\n" + after);  // b inside a, to 3.5 KiB
+    else if (i % 4 == 2) texts.push_back(before + "\n" + head(b, 192 + next(1216)) + "\n" + after);  // a run of b in a's 4 KiB
+    else texts.push_back(before + "\n" + head(b, 192 + next(a.size() / 4)) + "\n" + after);  // a run of b anywhere in a
   }
   for (size_t scope : {size_t{4096}, size_t{0}}) {
     size_t differ = 0, other = 0;
