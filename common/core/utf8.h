@@ -11,6 +11,8 @@
 //   utf8_valid(s, &off) the whole string is well-formed; else the offset of the
 //                       first ill-formed byte.
 //   utf8_length(s)      code points of well-formed text (Python's len()).
+//   utf8_continuation(c) c is a continuation byte (10xxxxxx).
+//   utf8_prefix(s, n)   at most n bytes of s, cut before a character that would not fit.
 //   utf8_replace_invalid(s, out)  s with U+FFFD for each ill-formed subpart (errors="replace").
 //
 // utf8_step is inline (the tokenizer's and MinHash's inner loops call it per
@@ -89,12 +91,23 @@ inline size_t utf8_decode(std::string_view s, uint32_t* cp) {
   return st.len;
 }
 
+inline bool utf8_continuation(char c) { return (static_cast<unsigned char>(c) & 0xC0) == 0x80; }
+
 // Number of code points of well-formed UTF-8 (the bytes that are not
 // continuation bytes): Python's len() of the decoded str.
 inline size_t utf8_length(std::string_view s) {
   size_t n = 0;
-  for (char c : s) n += (static_cast<unsigned char>(c) & 0xC0) != 0x80;
+  for (char c : s) n += !utf8_continuation(c);
   return n;
+}
+
+// The first max_bytes of s at most, ending before the character that would
+// not fit whole (s itself when it fits).
+inline std::string_view utf8_prefix(std::string_view s, size_t max_bytes) {
+  if (s.size() <= max_bytes) return s;
+  size_t cut = max_bytes;
+  while (cut > 0 && utf8_continuation(s[cut])) --cut;
+  return s.substr(0, cut);
 }
 
 bool utf8_valid(std::string_view s, size_t* bad_offset = nullptr);

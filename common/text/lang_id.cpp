@@ -3,41 +3,35 @@
 #include <cld2/internal/lang_script.h>
 #include <cld2/public/compact_lang_det.h>
 
+#include "common/core/utf8.h"
+
 namespace zlm {
 
 namespace {
 
-bool continuation_byte(char c) { return (static_cast<unsigned char>(c) & 0xC0) == 0x80; }
-
-// The text's first max_bytes at most, cut before a character that would not fit.
-std::string_view prefix(std::string_view text, size_t max_bytes) {
-  if (max_bytes == 0 || text.size() <= max_bytes) return text;
-  size_t cut = max_bytes;
-  while (cut > 0 && continuation_byte(text[cut])) --cut;
-  return text.substr(0, cut);
-}
+// The scope language ID reads: the text's first max_bytes (0: all of it).
+std::string_view scope(std::string_view text, size_t max_bytes) { return max_bytes ? utf8_prefix(text, max_bytes) : text; }
 
 constexpr size_t kWindowBytes = 256;
 constexpr size_t kSampledAbove = 3072;
 constexpr int kWindowPercent = 90;
 
-// Six windows up to 4 KiB; above, enough that the gaps stay at most an eighth
-// of the scope each (nine for a long text).
-size_t window_count(size_t scope) {
-  if (scope <= 4096) return 6;
-  return (9 * scope + 8 * kWindowBytes + scope - 1) / (8 * kWindowBytes + scope);
+// The fewest windows K whose gaps, (bytes - K * kWindowBytes) / (K - 1), are at
+// most an eighth of the scope each: 6 from 3 KiB to 4 KiB, 9 for a long text.
+size_t window_count(size_t bytes) {
+  return (9 * bytes + 8 * kWindowBytes + bytes - 1) / (8 * kWindowBytes + bytes);
 }
 
 }  // namespace
 
 LangGuess detect_language_sampled(std::string_view text, size_t max_bytes) {
-  text = prefix(text, max_bytes);
+  text = scope(text, max_bytes);
   if (text.size() <= kSampledAbove) return detect_language(text);
   LangGuess agreed;
   const size_t windows = window_count(text.size());
   for (size_t i = 0; i < windows; ++i) {
     size_t start = (text.size() - kWindowBytes) * i / (windows - 1);
-    while (start < text.size() && continuation_byte(text[start])) ++start;
+    while (start < text.size() && utf8_continuation(text[start])) ++start;
     LangGuess g = detect_language(text.substr(start), kWindowBytes);
     if (!g.reliable || g.percent < kWindowPercent || (i > 0 && g.code != agreed.code)) return detect_language(text);
     if (i == 0 || g.percent < agreed.percent) agreed.percent = g.percent;
@@ -48,7 +42,7 @@ LangGuess detect_language_sampled(std::string_view text, size_t max_bytes) {
 }
 
 LangGuess detect_language(std::string_view text, size_t max_bytes) {
-  text = prefix(text, max_bytes);
+  text = scope(text, max_bytes);
   CLD2::Language top3[3];
   int percent3[3] = {0, 0, 0};
   int text_bytes = 0;

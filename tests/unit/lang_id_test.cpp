@@ -5,6 +5,7 @@
 #include <sstream>
 #include <vector>
 
+#include "common/core/utf8.h"
 #include "test_util.h"
 
 namespace zlm {
@@ -62,12 +63,7 @@ std::vector<std::string> article_bodies() {
   return out;
 }
 
-// At most n bytes of s, cut at a character boundary.
-std::string head(const std::string& s, size_t n) {
-  if (s.size() <= n) return s;
-  while (n > 0 && (static_cast<unsigned char>(s[n]) & 0xC0) == 0x80) --n;
-  return s.substr(0, n);
-}
+std::string head(const std::string& s, size_t n) { return std::string(utf8_prefix(s, n)); }
 
 // An OpenWebText document of over 6000 bytes in English; the longest
 // Portuguese article of the extraction benchmark (2979 bytes).
@@ -149,8 +145,8 @@ TEST(LangId, EnglishWithAFifthInAnotherLanguageIsThatLanguage) {
 // The shortcut reads the windows alone: English at the six windows' places
 // and Portuguese between them is English to it, while the whole 4 KiB is
 // Portuguese. (Text that alternates in step with the windows is the price of
-// reading less; a single run of another language that could sway the scope's
-// answer covers a window.)
+// reading less; a single run of another language long enough to sway the
+// scope's answer reaches into a window.)
 TEST(LangId, SampledReadsOnlyTheWindowsWhenTheyAgree) {
   const std::string english = long_english_text(), portuguese = longest_portuguese_article();
   ASSERT_FALSE(english.empty());
